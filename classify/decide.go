@@ -1,0 +1,286 @@
+// Package classify is the one place that decides what an attempt's outcome means: its class,
+// whether the proxy commits it, retries the same target, transfers to the next one or stops,
+// and the effect on the target's health (SPEC section 4). It holds the status list, the error
+// phrases, the stop and success rules and error-body extraction.
+//
+// It is pure: no I/O, no clock, no goroutines, and it imports nothing of this module. The proxy
+// describes an attempt as an Outcome, asks Decide for a Verdict, and measures the budgets only
+// when the verdict wants to spend them (Limit). No other code decides retry or failover.
+package classify
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the FAILOVER_* section this package owns (the prefix is applied by the caller).
+// Stop and success rules are indexed groups, read by the caller into Rules.
+type Config struct {
+	RetryOnStatuses StatusSet `env:"RETRY_ON_STATUSES"`
+	RetryOnErrors   Phrases   `env:"RETRY_ON_ERRORS"`
+}
+
+// Policy is the immutable decision policy. Safe for concurrent use.
+type Policy struct {
+	statuses      StatusSet
+	phrases       Phrases
+	stop          []Rule
+	success       []Rule
+	retryAfterMax time.Duration
+}
+
+// NewPolicy builds the policy. Unset lists take their defaults (429,5xx and DefaultPhrases);
+// "none" configures an empty list. retryAfterMax is FAILOVER_RETRY_AFTER_MAX.
+func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Policy {
+	p := &Policy{statuses: c.RetryOnStatuses, phrases: c.RetryOnErrors, stop: stop, success: success, retryAfterMax: retryAfterMax}
+	if !p.statuses.set {
+		p.statuses, _ = ParseStatusSet(DefaultStatuses)
+	}
+	if !p.phrases.set {
+		p.phrases, _ = ParsePhrases(DefaultPhrases)
+	}
+	return p
+}
+
+// DefaultStatuses is FAILOVER_RETRY_ON_STATUSES when unset.
+const DefaultStatuses = "429,5xx"
+
+// Decide returns the verdict for one attempt's outcome, in SPEC section 4's order: client gone,
+// already committed, stop rules, success rules, no status, credentials and quota, statuses,
+// phrases, anything else stops. A recoverable outcome becomes a retry while the target has
+// retries left and the class is transient, a transfer otherwise; budgets are applied after,
+// by Limit. Decide never allocates.
+func (p *Policy) Decide(o *Outcome) Verdict {
+	if o.ClientGone {
+		return Verdict{Class: ClassCancelled, Action: ActionStop, Reason: ReasonCancelled, Status: 499}
+	}
+	if o.Committed {
+		if o.Kind == KindInterrupted {
+			return Verdict{Class: ClassInterrupted, Action: ActionStop, Health: HealthFailure, Reason: ReasonCommitted, Status: o.Status}
+		}
+		return Verdict{Class: ClassNone, Action: ActionStop, Health: HealthSuccess, Reason: ReasonCommitted, Status: o.Status}
+	}
+
+	switch o.Kind {
+	case KindTransport:
+		v := Verdict{Class: transportClass(o.Transport), Health: HealthFailure, Reason: ReasonNoResponse, Status: 502}
+		if o.Transport == TransportTimeout {
+			v.Status = 504
+		}
+		// A handshake or certificate failure will not heal within a backoff.
+		v.Transient = o.Transport != TransportTLS
+		return p.recoverable(o, v)
+	case KindStreamEmpty:
+		return p.brokenAnswer(o, ClassEmptyResponse, 502, nil)
+	case KindStreamError:
+		parser := parsers.Get()
+		info := ExtractError(parser, o.Body)
+		status := info.Status
+		if status == 0 {
+			status = 502
+		}
+		v := p.errorStatus(o, status, &info, o.Body)
+		parsers.Put(parser)
+		return v
+	case KindInterrupted, KindFinished:
+		// Only reachable without Committed set: treat as the committed case.
+		c := *o
+		c.Committed = true
+		return p.Decide(&c)
+	}
+
+	// A response: KindResponse or KindStreamCommit.
+	if o.Status >= 400 {
+		parser := parsers.Get()
+		info := ExtractError(parser, o.Body)
+		v := p.errorStatus(o, o.Status, &info, o.Body)
+		parsers.Put(parser)
+		return v
+	}
+	if o.Status == 200 && o.Kind == KindResponse {
+		parser := parsers.Get()
+		class, status := fakeSuccess(parser, o.Body, o.Chat)
+		if class != ClassNone {
+			var v Verdict
+			if class == ClassErrorBody {
+				info := ExtractError(parser, o.Body)
+				v = p.brokenAnswer(o, class, status, &info)
+			} else {
+				v = p.brokenAnswer(o, class, status, nil)
+			}
+			parsers.Put(parser)
+			return v
+		}
+		parsers.Put(parser)
+	}
+	if o.Status == 200 && !o.Image && p.matchSuccess(o.Body) {
+		return Verdict{Class: ClassSuccessRule, Action: ActionTransfer, Reason: ReasonSuccessRule, Status: 200}
+	}
+	return Verdict{Class: ClassNone, Action: ActionCommit, Health: HealthSuccess, Reason: ReasonOK, Status: o.Status}
+}
+
+// brokenAnswer handles a 200 (or a stream) that carried no real answer: it is an error with
+// the given status and goes through the same rules as an upstream error.
+func (p *Policy) brokenAnswer(o *Outcome, class Class, status int, info *ErrorInfo) Verdict {
+	var empty ErrorInfo
+	if info == nil {
+		info = &empty
+	}
+	v := p.errorStatus(o, status, info, o.Body)
+	if v.Class == ClassServerError || v.Class == ClassClientError {
+		v.Class = class
+	}
+	if v.Reason == ReasonRetryableStatus {
+		v.Reason = ReasonEmpty
+	}
+	return v
+}
+
+// errorStatus decides an error answer with this status (steps 3, 5a, 6, 7 and 8).
+func (p *Policy) errorStatus(o *Outcome, status int, info *ErrorInfo, body []byte) Verdict {
+	v := Verdict{Class: statusClass(status), Status: status, Health: statusHealth(status)}
+	if p.matchStop(status, body) {
+		v.Action, v.Reason = ActionStop, ReasonStopRule
+		return v
+	}
+	switch {
+	case (status == 401 || status == 403) && o.OwnKey:
+		v.Class, v.Health, v.Reason = ClassAuth, HealthEject, ReasonCredential
+		v.Action = ActionTransfer
+		return v
+	case status == 401 || status == 403:
+		v.Class, v.Health = ClassAuth, HealthNone
+		v.Action, v.Reason = ActionStop, ReasonCallerCredentials
+		return v
+	case status == 429 && isQuota(info):
+		v.Class, v.Health, v.Reason = ClassQuota, HealthEject, ReasonQuota
+		v.Action = ActionTransfer
+		return v
+	}
+	switch {
+	case p.statuses.Has(status):
+		v.Reason = ReasonRetryableStatus
+	case p.phrases.Match(status, info.Code, info.Type, info.Message):
+		v.Reason = ReasonPhrase
+	default:
+		v.Action, v.Reason = ActionStop, ReasonNotRetryable
+		return v
+	}
+	v.Transient = status == 429 || status == 408 || status >= 500
+	return p.recoverable(o, v)
+}
+
+// recoverable turns a recoverable verdict into a retry or a transfer, honouring Retry-After.
+func (p *Policy) recoverable(o *Outcome, v Verdict) Verdict {
+	if o.HasRetryAfter && o.RetryAfter > p.retryAfterMax {
+		// The target asked for more patience than we have: leave it now, and let following
+		// requests skip it for as long as it asked.
+		v.Action, v.Reason, v.Cooldown = ActionTransfer, ReasonRetryAfter, o.RetryAfter
+		return v
+	}
+	if v.Transient && o.RetriesLeft {
+		v.Action = ActionRetry
+		if o.HasRetryAfter {
+			v.Wait = o.RetryAfter
+		}
+		return v
+	}
+	v.Action = ActionTransfer
+	return v
+}
+
+func (p *Policy) matchStop(status int, body []byte) bool {
+	for i := range p.stop {
+		r := &p.stop[i]
+		if !r.Statuses.Empty() && !r.Statuses.Has(status) {
+			continue
+		}
+		if r.Pattern == nil || r.Pattern.Match(body) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Policy) matchSuccess(body []byte) bool {
+	for i := range p.success {
+		if p.success[i].Pattern.Match(body) {
+			return true
+		}
+	}
+	return false
+}
+
+func transportClass(t Transport) Class {
+	switch t {
+	case TransportRefused:
+		return ClassRefused
+	case TransportReset:
+		return ClassReset
+	case TransportDNS:
+		return ClassDNS
+	case TransportTLS:
+		return ClassTLS
+	case TransportTimeout:
+		return ClassTimeout
+	}
+	return ClassNetwork
+}
+
+func statusClass(status int) Class {
+	switch {
+	case status == 429:
+		return ClassRateLimited
+	case status == 401 || status == 403:
+		return ClassAuth
+	case status == 408:
+		return ClassTimeout
+	case status >= 500:
+		return ClassServerError
+	case status >= 400:
+		return ClassClientError
+	}
+	return ClassNone
+}
+
+// statusHealth: 4xx other than 401/403/408/429 do not count against a target; 5xx, 408 and 429
+// do. (401/403 are credential failures, decided with the key's owner in errorStatus.)
+func statusHealth(status int) Health {
+	switch {
+	case status >= 500, status == 408, status == 429:
+		return HealthFailure
+	case status == 401 || status == 403:
+		return HealthFailure
+	}
+	return HealthNone
+}
+
+// Validate returns one error per bad setting, naming the variable. Parsing errors are reported
+// by the reader; this checks what parses but cannot work.
+func (c *Config) Validate() []error {
+	var errs []error
+	for st := 100; st < 300; st++ {
+		if c.RetryOnStatuses.Has(st) {
+			errs = append(errs, fmt.Errorf("FAILOVER_RETRY_ON_STATUSES=%q: %d is not an error status; "+
+				"only 3xx-5xx can fail over (a 200 that is really a failure is caught by FAILOVER_SUCCESS_RULE_<i>_PATTERN)",
+				c.RetryOnStatuses.text, st))
+			break
+		}
+	}
+	return errs
+}
+
+// Describe renders the effective policy, one setting per line, for `failover -check`.
+func (p *Policy) Describe() []string {
+	lines := []string{
+		"FAILOVER_RETRY_ON_STATUSES=" + p.statuses.text,
+		"FAILOVER_RETRY_ON_ERRORS=" + p.phrases.text,
+	}
+	for i := range p.stop {
+		lines = append(lines, fmt.Sprintf("FAILOVER_STOP_RULE_%d: %s", i, p.stop[i].describe()))
+	}
+	for i := range p.success {
+		lines = append(lines, fmt.Sprintf("FAILOVER_SUCCESS_RULE_%d: %s", i, p.success[i].describe()))
+	}
+	return lines
+}

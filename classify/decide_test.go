@@ -1,0 +1,210 @@
+package classify
+
+import (
+	"regexp"
+	"testing"
+	"time"
+)
+
+func mustStatuses(t testing.TB, s string) StatusSet {
+	t.Helper()
+	set, err := ParseStatusSet(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+func mustPhrases(t testing.TB, s string) Phrases {
+	t.Helper()
+	p, err := ParsePhrases(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func defaultPolicy() *Policy { return NewPolicy(Config{}, nil, nil, 10*time.Second) }
+
+const (
+	openAI503      = `{"error":{"message":"The server is overloaded","type":"server_error","code":null}}`
+	openAI400      = `{"error":{"message":"Invalid 'messages': empty array","type":"invalid_request_error","param":"messages","code":"invalid_value"}}`
+	openAI404Model = `{"error":{"message":"The model 'gpt-9' does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`
+	openAIQuota    = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	openAIRate     = `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	anthropicOver  = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
+	anthropicAuth  = `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`
+	okChat         = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+)
+
+func TestDecide(t *testing.T) {
+	stop := []Rule{
+		{Statuses: mustStatuses(t, "400"), Pattern: regexp.MustCompile(`context_length_exceeded`)},
+		{Statuses: mustStatuses(t, "529")},
+	}
+	success := []Rule{{Pattern: regexp.MustCompile(`(?i)content_filter`)}}
+	withRules := NewPolicy(Config{}, stop, success, 10*time.Second)
+	patternOnly := NewPolicy(Config{}, []Rule{{Pattern: regexp.MustCompile(`do-not-retry`)}}, nil, 10*time.Second)
+	custom := NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "503"), RetryOnErrors: mustPhrases(t, "none")}, nil, nil, 10*time.Second)
+	phrase404 := NewPolicy(Config{RetryOnErrors: mustPhrases(t, "404 capacity")}, nil, nil, 10*time.Second)
+
+	tests := []struct {
+		name   string
+		policy *Policy
+		out    Outcome
+		class  Class
+		action Action
+		health Health
+		reason Reason
+		status int
+	}{
+		{"200 commits", nil, Outcome{Status: 200, Body: []byte(okChat), Chat: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"client gone stops as 499", nil, Outcome{Status: 503, ClientGone: true}, ClassCancelled, ActionStop, HealthNone, ReasonCancelled, 499},
+		{"committed never transfers", nil, Outcome{Kind: KindInterrupted, Status: 200, Committed: true}, ClassInterrupted, ActionStop, HealthFailure, ReasonCommitted, 200},
+		{"committed finish is a success", nil, Outcome{Kind: KindFinished, Status: 200, Committed: true}, ClassNone, ActionStop, HealthSuccess, ReasonCommitted, 200},
+		{"503 transfers", nil, Outcome{Status: 503, Body: []byte(openAI503)}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
+		{"503 retries while retries are left", nil, Outcome{Status: 503, Body: []byte(openAI503), RetriesLeft: true}, ClassServerError, ActionRetry, HealthFailure, ReasonRetryableStatus, 503},
+		{"429 rate limit transfers and counts", nil, Outcome{Status: 429, Body: []byte(openAIRate)}, ClassRateLimited, ActionTransfer, HealthFailure, ReasonRetryableStatus, 429},
+		{"400 stops", nil, Outcome{Status: 400, Body: []byte(openAI400)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 400},
+		{"422 stops without health effect", nil, Outcome{Status: 422, Body: []byte(`{"error":{"message":"bad"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 422},
+		{"model not found 404 transfers by phrase", nil, Outcome{Status: 404, Body: []byte(openAI404Model)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 404},
+		{"model not found never retries the same target", nil, Outcome{Status: 404, Body: []byte(openAI404Model), RetriesLeft: true}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 404},
+		{"plain 404 stops", nil, Outcome{Status: 404, Body: []byte(`{"error":{"message":"Not found"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 404},
+		{"404 unsupported phrase needs status 404", nil, Outcome{Status: 400, Body: []byte(`{"error":{"message":"feature unsupported"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 400},
+		{"404 unsupported phrase matches 404", nil, Outcome{Status: 404, Body: []byte(`{"error":{"message":"feature unsupported"}}`)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 404},
+		{"upstream error phrase in text body", nil, Outcome{Status: 400, Body: []byte(`<html>Upstream Error from gateway</html>`)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 400},
+		{"refused transfers", nil, Outcome{Kind: KindTransport, Transport: TransportRefused}, ClassRefused, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"reset retries when retries left", nil, Outcome{Kind: KindTransport, Transport: TransportReset, RetriesLeft: true}, ClassReset, ActionRetry, HealthFailure, ReasonNoResponse, 502},
+		{"timeout gives 504", nil, Outcome{Kind: KindTransport, Transport: TransportTimeout}, ClassTimeout, ActionTransfer, HealthFailure, ReasonNoResponse, 504},
+		{"dns transfers", nil, Outcome{Kind: KindTransport, Transport: TransportDNS}, ClassDNS, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"tls never retries the same target", nil, Outcome{Kind: KindTransport, Transport: TransportTLS, RetriesLeft: true}, ClassTLS, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"401 with own key ejects and transfers", nil, Outcome{Status: 401, Body: []byte(anthropicAuth), OwnKey: true, RetriesLeft: true}, ClassAuth, ActionTransfer, HealthEject, ReasonCredential, 401},
+		{"403 with own key ejects and transfers", nil, Outcome{Status: 403, OwnKey: true}, ClassAuth, ActionTransfer, HealthEject, ReasonCredential, 403},
+		{"401 with the caller's credentials stops", nil, Outcome{Status: 401, Body: []byte(anthropicAuth)}, ClassAuth, ActionStop, HealthNone, ReasonCallerCredentials, 401},
+		{"insufficient_quota transfers, ejects, never retries", nil, Outcome{Status: 429, Body: []byte(openAIQuota), RetriesLeft: true}, ClassQuota, ActionTransfer, HealthEject, ReasonQuota, 429},
+		{"empty 200 is a 502", nil, Outcome{Status: 200, Body: []byte("  \n")}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"200 with error object carries its status", nil, Outcome{Status: 200, Body: []byte(`{"error":{"message":"overloaded","code":529}}`)}, ClassErrorBody, ActionTransfer, HealthFailure, ReasonEmpty, 529},
+		{"200 with error object without status is 502", nil, Outcome{Status: 200, Body: []byte(`{"error":{"message":"something broke"}}`)}, ClassErrorBody, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"200 with error null is fine", nil, Outcome{Status: 200, Body: []byte(`{"id":"r1","status":"completed","error":null,"output":[]}`)}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"200 with empty choices is 502", nil, Outcome{Status: 200, Body: []byte(`{"id":"c","object":"chat.completion","choices": [ ],"usage":{}}`), Chat: true}, ClassNoChoices, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"empty choices outside chat commits", nil, Outcome{Status: 200, Body: []byte(`{"choices":[]}`)}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"nested empty choices commits", nil, Outcome{Status: 200, Body: []byte(`{"choices":[{"message":{"content":"x","meta":{"choices":[]}}}]}`), Chat: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"error word inside content commits", nil, Outcome{Status: 200, Body: []byte(`{"choices":[{"message":{"content":"the \"error\": was fixed"}}]}`), Chat: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"stream error event maps anthropic overloaded to 529", nil, Outcome{Kind: KindStreamError, Body: []byte(anthropicOver)}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 529},
+		{"stream error event without status is 502", nil, Outcome{Kind: KindStreamError, Body: []byte(`{"error":{"message":"boom"}}`)}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 502},
+		{"stream error event invalid_request stops", nil, Outcome{Kind: KindStreamError, Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 400},
+		{"empty stream transfers", nil, Outcome{Kind: KindStreamEmpty}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"stream commit with content commits", nil, Outcome{Kind: KindStreamCommit, Status: 200, Body: []byte("data: {}\n\n")}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"stop rule with status and pattern stops", withRules, Outcome{Status: 400, Body: []byte(`{"error":{"code":"context_length_exceeded","message":"upstream error"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonStopRule, 400},
+		{"stop rule pattern needs its status", withRules, Outcome{Status: 503, Body: []byte(`context_length_exceeded`)}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
+		{"stop rule on 529 stops an overloaded event", withRules, Outcome{Kind: KindStreamError, Body: []byte(anthropicOver)}, ClassServerError, ActionStop, HealthFailure, ReasonStopRule, 529},
+		{"pattern-only stop rule applies to any error status", patternOnly, Outcome{Status: 503, Body: []byte(`{"error":{"message":"do-not-retry"}}`)}, ClassServerError, ActionStop, HealthFailure, ReasonStopRule, 503},
+		{"success rule transfers a 200", withRules, Outcome{Status: 200, Body: []byte(`{"choices":[{"finish_reason":"content_filter"}]}`), Chat: true}, ClassSuccessRule, ActionTransfer, HealthNone, ReasonSuccessRule, 200},
+		{"success rule matches held stream events", withRules, Outcome{Kind: KindStreamCommit, Status: 200, Body: []byte(`data: {"finish_reason":"content_filter"}` + "\n\n")}, ClassSuccessRule, ActionTransfer, HealthNone, ReasonSuccessRule, 200},
+		{"success rule never applies to image", withRules, Outcome{Status: 200, Body: []byte(`content_filter`), Image: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"custom statuses replace the default", custom, Outcome{Status: 500}, ClassServerError, ActionStop, HealthFailure, ReasonNotRetryable, 500},
+		{"custom statuses keep their own", custom, Outcome{Status: 503}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
+		{"no phrases configured stops model not found", custom, Outcome{Status: 404, Body: []byte(openAI404Model)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 404},
+		{"custom phrase with status word matches that status", phrase404, Outcome{Status: 404, Body: []byte(`{"error":{"message":"No capacity left"}}`)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 404},
+		{"custom phrase with status word ignores other statuses", phrase404, Outcome{Status: 400, Body: []byte(`{"error":{"message":"No capacity left"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 400},
+		{"302 commits unchanged", nil, Outcome{Status: 302}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 302},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.policy
+			if p == nil {
+				p = defaultPolicy()
+			}
+			v := p.Decide(&tc.out)
+			if v.Class != tc.class || v.Action != tc.action || v.Health != tc.health || v.Reason != tc.reason || v.Status != tc.status {
+				t.Fatalf("got class=%s action=%s health=%d reason=%s status=%d; want class=%s action=%s health=%d reason=%s status=%d",
+					v.Class, v.Action, v.Health, v.Reason, v.Status, tc.class, tc.action, tc.health, tc.reason, tc.status)
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	p := defaultPolicy()
+	t.Run("within the maximum it is the wait before a retry", func(t *testing.T) {
+		v := p.Decide(&Outcome{Status: 429, RetriesLeft: true, HasRetryAfter: true, RetryAfter: time.Second})
+		if v.Action != ActionRetry || v.Wait != time.Second || v.Cooldown != 0 {
+			t.Fatalf("got %+v", v)
+		}
+	})
+	t.Run("beyond the maximum it transfers now and cools the target down", func(t *testing.T) {
+		v := p.Decide(&Outcome{Status: 429, RetriesLeft: true, HasRetryAfter: true, RetryAfter: time.Minute})
+		if v.Action != ActionTransfer || v.Reason != ReasonRetryAfter || v.Cooldown != time.Minute {
+			t.Fatalf("got %+v", v)
+		}
+	})
+	t.Run("without retries left it transfers without waiting", func(t *testing.T) {
+		v := p.Decide(&Outcome{Status: 503, HasRetryAfter: true, RetryAfter: time.Second})
+		if v.Action != ActionTransfer || v.Cooldown != 0 {
+			t.Fatalf("got %+v", v)
+		}
+	})
+}
+
+func TestLimit(t *testing.T) {
+	all := Allowance{Enabled: true, RetryFits: true, TransferFits: true, ElapsedOK: true, RetryBudgetOK: true}
+	retry := Verdict{Action: ActionRetry, Wait: time.Second, Transient: true}
+	transfer := Verdict{Action: ActionTransfer}
+	tests := []struct {
+		name   string
+		v      Verdict
+		mod    func(a *Allowance)
+		action Action
+		reason Reason
+	}{
+		{"retry within budgets retries", retry, func(*Allowance) {}, ActionRetry, 0},
+		{"disabled stops", transfer, func(a *Allowance) { a.Enabled = false }, ActionStop, ReasonDisabled},
+		{"retry that does not fit becomes a transfer", retry, func(a *Allowance) { a.RetryFits = false }, ActionTransfer, 0},
+		{"retry that does not fit and no transfer left stops", retry, func(a *Allowance) { a.RetryFits = false; a.TransferFits = false }, ActionStop, ReasonTransferLimit},
+		{"retry ignores the transfer limit", retry, func(a *Allowance) { a.TransferFits = false }, ActionRetry, 0},
+		{"transfer beyond MAX_ATTEMPTS stops", transfer, func(a *Allowance) { a.TransferFits = false }, ActionStop, ReasonTransferLimit},
+		{"transfer beyond MAX_ELAPSED stops", transfer, func(a *Allowance) { a.ElapsedOK = false }, ActionStop, ReasonElapsedLimit},
+		{"transfer beyond the retry budget stops", transfer, func(a *Allowance) { a.RetryBudgetOK = false }, ActionStop, ReasonRetryBudget},
+		{"retry beyond the retry budget stops", retry, func(a *Allowance) { a.RetryBudgetOK = false }, ActionStop, ReasonRetryBudget},
+		{"commit passes", Verdict{Action: ActionCommit}, func(a *Allowance) { *a = Allowance{} }, ActionCommit, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := all
+			tc.mod(&a)
+			got := Limit(tc.v, a)
+			if got.Action != tc.action || got.Reason != tc.reason {
+				t.Fatalf("got %s/%s, want %s/%s", got.Action, got.Reason, tc.action, tc.reason)
+			}
+			if got.Action == ActionTransfer && got.Wait != 0 {
+				t.Fatalf("a transfer must not wait, got %v", got.Wait)
+			}
+		})
+	}
+}
+
+func TestDecideAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are asserted without -race (sync.Pool drops items under the race detector)")
+	}
+	stop := make([]Rule, 0, 64)
+	for i := 0; i < 64; i++ {
+		stop = append(stop, Rule{Statuses: mustStatuses(t, "400"), Pattern: regexp.MustCompile(`(?i)rule-\d+-never`)})
+	}
+	p := NewPolicy(Config{}, stop, []Rule{{Pattern: regexp.MustCompile(`content_filter`)}}, 10*time.Second)
+	cases := map[string]Outcome{
+		"ok":           {Status: 200, Body: []byte(okChat), Chat: true},
+		"503":          {Status: 503, Body: []byte(openAI503)},
+		"404 phrase":   {Status: 404, Body: []byte(openAI404Model)},
+		"400 stop":     {Status: 400, Body: []byte(openAI400)},
+		"stream error": {Kind: KindStreamError, Body: []byte(anthropicOver)},
+		"fake 200":     {Status: 200, Body: []byte(`{"error":{"message":"x","code":500}}`)},
+		"transport":    {Kind: KindTransport, Transport: TransportReset},
+	}
+	for name, o := range cases {
+		p.Decide(&o) // warm the parser pool and the regexp machines
+		if n := testing.AllocsPerRun(200, func() { p.Decide(&o) }); n != 0 {
+			t.Errorf("%s: %v allocations per decision, want 0", name, n)
+		}
+	}
+}
