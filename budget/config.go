@@ -1,0 +1,75 @@
+package budget
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is the FAILOVER_* section budget owns, read once at start by caarlos0/env (the caller applies the
+// FAILOVER_ prefix) and immutable afterwards: one Config may be shared by every Request and Health.
+type Config struct {
+	Enabled           bool          `env:"ENABLED" envDefault:"true"`
+	MaxAttempts       int           `env:"MAX_ATTEMPTS" envDefault:"0"` // transfers allowed after the first target; 0 = every remaining target
+	MaxElapsed        time.Duration `env:"MAX_ELAPSED" envDefault:"0"`  // 0 = no limit
+	SameTargetRetries int           `env:"SAME_TARGET_RETRIES" envDefault:"0"`
+	BackoffBase       time.Duration `env:"BACKOFF_BASE" envDefault:"200ms"`
+	BackoffMax        time.Duration `env:"BACKOFF_MAX" envDefault:"5s"`
+	RetryAfterMax     time.Duration `env:"RETRY_AFTER_MAX" envDefault:"10s"`
+	EjectAfter        int           `env:"EJECT_AFTER" envDefault:"5"` // 0 = never eject on consecutive failures
+	EjectBase         time.Duration `env:"EJECT_BASE" envDefault:"30s"`
+	EjectMax          time.Duration `env:"EJECT_MAX" envDefault:"300s"`
+	RetryBudgetRatio  float64       `env:"RETRY_BUDGET_RATIO" envDefault:"0.2"` // 0 = unlimited
+	RetryBudgetMin    int           `env:"RETRY_BUDGET_MIN" envDefault:"10"`    // floor, per second, over a 10 s window
+}
+
+// maxRetryBudgetRatio bounds FAILOVER_RETRY_BUDGET_RATIO: past a thousand retries per request the budget no
+// longer limits anything, and a value that large is a typo (a percentage written as 20 is still accepted).
+const maxRetryBudgetRatio = 1000
+
+// Validate returns one error per bad field, in field order, each naming the full variable. It is kept apart
+// from use: the other functions of this package assume a valid Config and only guard against overflow.
+func (c *Config) Validate() []error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("FAILOVER_"+name+": "+format, args...))
+	}
+	nonNegative := func(name string, v int) {
+		if v < 0 {
+			bad(name, "must be >= 0, got %d", v)
+		}
+	}
+	nonNegativeDuration := func(name string, d time.Duration) bool {
+		if d < 0 {
+			bad(name, "must be >= 0, got %s", d)
+			return false
+		}
+		return true
+	}
+
+	nonNegative("MAX_ATTEMPTS", c.MaxAttempts)
+	nonNegativeDuration("MAX_ELAPSED", c.MaxElapsed)
+	nonNegative("SAME_TARGET_RETRIES", c.SameTargetRetries)
+	baseOK := nonNegativeDuration("BACKOFF_BASE", c.BackoffBase)
+	if nonNegativeDuration("BACKOFF_MAX", c.BackoffMax) && baseOK && c.BackoffMax < c.BackoffBase {
+		bad("BACKOFF_MAX", "must be >= FAILOVER_BACKOFF_BASE (%s), got %s", c.BackoffBase, c.BackoffMax)
+	}
+	nonNegativeDuration("RETRY_AFTER_MAX", c.RetryAfterMax)
+	nonNegative("EJECT_AFTER", c.EjectAfter)
+	// A zero ejection would hand the target straight back to a probe; FAILOVER_EJECT_AFTER=0 is the way to turn
+	// consecutive-failure ejection off, and credential failures must still take a target out for a while.
+	if c.EjectBase <= 0 {
+		bad("EJECT_BASE", "must be > 0 (set FAILOVER_EJECT_AFTER=0 to never eject on failures), got %s", c.EjectBase)
+	}
+	switch {
+	case c.EjectMax < 0:
+		bad("EJECT_MAX", "must be >= 0, got %s", c.EjectMax)
+	case c.EjectBase > 0 && c.EjectMax < c.EjectBase:
+		bad("EJECT_MAX", "must be >= FAILOVER_EJECT_BASE (%s), got %s", c.EjectBase, c.EjectMax)
+	}
+	// Written so that NaN fails too.
+	if !(c.RetryBudgetRatio >= 0 && c.RetryBudgetRatio <= maxRetryBudgetRatio) {
+		bad("RETRY_BUDGET_RATIO", "must be in [0, %d] (0 = unlimited), got %g", maxRetryBudgetRatio, c.RetryBudgetRatio)
+	}
+	nonNegative("RETRY_BUDGET_MIN", c.RetryBudgetMin)
+	return errs
+}

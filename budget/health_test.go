@@ -1,0 +1,319 @@
+package budget
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// step is one event in a Health script: at t0+at, do op and expect want.
+//
+//	op                   want
+//	avail                "ok", "probe" or "no"
+//	fail                 "ejected <d>" or "-"
+//	ok                   "restored" or "-"
+//	eject                the duration returned
+//	cool <d>             "" (Cooldown for d)
+//	release              ""
+//	ejected              "true" or "false"
+type step struct {
+	at   time.Duration
+	op   string
+	want string
+}
+
+func (s step) run(h *Health) string {
+	now := t0.Add(s.at)
+	switch op, arg, _ := strings.Cut(s.op, " "); op {
+	case "avail":
+		switch ok, probe := h.Available(now); {
+		case probe && ok:
+			return "probe"
+		case probe:
+			return "probe without ok"
+		case ok:
+			return "ok"
+		}
+		return "no"
+	case "fail":
+		if ejected, d := h.Failure(now); ejected {
+			return "ejected " + d.String()
+		} else if d != 0 {
+			return "not ejected, yet " + d.String()
+		}
+		return "-"
+	case "ok":
+		if h.Success(now) {
+			return "restored"
+		}
+		return "-"
+	case "eject":
+		return h.Eject(now).String()
+	case "cool":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			panic(err)
+		}
+		h.Cooldown(now, d)
+	case "release":
+		h.Release()
+	case "ejected":
+		return strconv.FormatBool(h.Ejected(now))
+	default:
+		panic("unknown op " + s.op)
+	}
+	return ""
+}
+
+func TestHealth(t *testing.T) {
+	const s = time.Second
+	config := func(after int, base, max time.Duration) *Config {
+		return &Config{EjectAfter: after, EjectBase: base, EjectMax: max}
+	}
+	std := config(3, 30*s, 300*s)
+	repeat := func(n int, st step) []step {
+		out := make([]step, n)
+		for i := range out {
+			out[i] = st
+		}
+		return out
+	}
+	tests := []struct {
+		name          string
+		config        *Config
+		steps         []step
+		wantEjections uint64
+	}{
+		{"new target is available", std, []step{{0, "avail", "ok"}, {0, "ejected", "false"}}, 0},
+		{"ejected at EjectAfter consecutive failures", std, []step{
+			{0, "fail", "-"}, {0, "fail", "-"}, {0, "fail", "ejected 30s"},
+			{s, "avail", "no"}, {s, "ejected", "true"},
+		}, 1},
+		{"a success between failures resets the count", std, []step{
+			{0, "fail", "-"}, {0, "fail", "-"}, {0, "ok", "-"}, {0, "fail", "-"}, {0, "fail", "-"},
+			{0, "avail", "ok"}, {0, "fail", "ejected 30s"},
+		}, 1},
+		{"EjectAfter 0 never ejects on failures", config(0, 30*s, 300*s), append(
+			repeat(100, step{0, "fail", "-"}), step{0, "avail", "ok"}), 0},
+		{"EjectAfter 0 still ejects on credential failure", config(0, 30*s, 300*s), []step{
+			{0, "eject", "30s"}, {0, "avail", "no"},
+		}, 1},
+		{"credential failure ejects at once", std, []step{
+			{0, "eject", "30s"}, {0, "avail", "no"}, {29 * s, "ejected", "true"},
+		}, 1},
+		{"expired ejection hands out exactly one probe", std, []step{
+			{0, "eject", "30s"}, {29 * s, "avail", "no"},
+			{30 * s, "avail", "probe"}, {30 * s, "avail", "no"}, {31 * s, "avail", "no"}, {time.Hour, "avail", "no"},
+		}, 1},
+		{"expired ejection no longer counts as ejected", std, []step{
+			{0, "eject", "30s"}, {30 * s, "ejected", "false"}, {30 * s, "avail", "probe"}, {31 * s, "ejected", "false"},
+		}, 1},
+		{"successful probe restores", std, []step{
+			{0, "eject", "30s"}, {30 * s, "avail", "probe"}, {31 * s, "ok", "restored"},
+			{31 * s, "avail", "ok"}, {31 * s, "avail", "ok"}, {31 * s, "ejected", "false"},
+		}, 1},
+		{"failed probe re-ejects for longer", std, []step{
+			{0, "eject", "30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
+			{89 * s, "avail", "no"}, {90 * s, "avail", "probe"}, {90 * s, "fail", "ejected 1m30s"},
+			{179 * s, "avail", "no"}, {180 * s, "avail", "probe"},
+		}, 3},
+		{"credential failure on a probe re-ejects for longer", std, []step{
+			{0, "eject", "30s"}, {30 * s, "avail", "probe"}, {30 * s, "eject", "1m0s"}, {31 * s, "avail", "no"},
+		}, 2},
+		{"growth is capped at EjectMax", config(1, 30*s, 100*s), []step{
+			{0, "fail", "ejected 30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
+			{90 * s, "avail", "probe"}, {90 * s, "fail", "ejected 1m30s"},
+			{180 * s, "avail", "probe"}, {180 * s, "fail", "ejected 1m40s"},
+			{280 * s, "avail", "probe"}, {280 * s, "fail", "ejected 1m40s"},
+		}, 5},
+		{"cap reached exactly", config(1, 30*s, 60*s), []step{
+			{0, "fail", "ejected 30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
+			{90 * s, "avail", "probe"}, {90 * s, "fail", "ejected 1m0s"},
+		}, 3},
+		{"success resets ejection growth", std, []step{
+			{0, "eject", "30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
+			{90 * s, "avail", "probe"}, {90 * s, "ok", "restored"}, {91 * s, "eject", "30s"},
+		}, 3},
+		{"success on an ejected target restores it", std, []step{
+			{0, "eject", "30s"}, {s, "ok", "restored"}, {s, "avail", "ok"},
+		}, 1},
+		{"failures while ejected do not stack", std, []step{
+			{0, "eject", "30s"}, {s, "fail", "-"}, {s, "fail", "-"}, {s, "fail", "-"}, {s, "eject", "0s"},
+			{29 * s, "avail", "no"}, {30 * s, "avail", "probe"},
+		}, 1},
+		{"failure after expiry without a probe changes nothing", std, []step{
+			{0, "eject", "30s"}, {40 * s, "fail", "-"}, {40 * s, "avail", "probe"},
+		}, 1},
+		{"release frees the probe without health effect", std, []step{
+			{0, "eject", "30s"}, {30 * s, "avail", "probe"}, {30 * s, "avail", "no"}, {31 * s, "release", ""},
+			{31 * s, "avail", "probe"}, {31 * s, "fail", "ejected 1m0s"},
+		}, 2},
+		{"release without a probe does nothing", std, []step{
+			{0, "eject", "30s"}, {s, "release", ""}, {s, "avail", "no"}, {30 * s, "avail", "probe"},
+		}, 1},
+		{"cooldown blocks without ejecting", std, []step{
+			{0, "cool 10s", ""}, {5 * s, "avail", "no"}, {5 * s, "ejected", "false"}, {10 * s, "avail", "ok"},
+		}, 0},
+		{"longer cooldown wins", std, []step{
+			{0, "cool 10s", ""}, {0, "cool 2s", ""}, {5 * s, "avail", "no"}, {10 * s, "avail", "ok"},
+		}, 0},
+		{"later cooldown extends", std, []step{
+			{0, "cool 10s", ""}, {5 * s, "cool 10s", ""}, {10 * s, "avail", "no"}, {15 * s, "avail", "ok"},
+		}, 0},
+		{"zero cooldown does nothing", std, []step{{0, "cool 0s", ""}, {0, "avail", "ok"}}, 0},
+		{"cooldown survives a success", std, []step{
+			{0, "cool 10s", ""}, {s, "ok", "-"}, {5 * s, "avail", "no"}, {10 * s, "avail", "ok"},
+		}, 0},
+		{"probe waits for the cooldown", std, []step{
+			{0, "eject", "30s"}, {0, "cool 1m", ""}, {30 * s, "avail", "no"}, {60 * s, "avail", "probe"},
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHealth(tt.config)
+			for i, st := range tt.steps {
+				if got := st.run(h); got != st.want {
+					t.Fatalf("step %d (+%v %s) = %q, want %q", i, st.at, st.op, got, st.want)
+				}
+			}
+			if got := h.Ejections(); got != tt.wantEjections {
+				t.Errorf("Ejections() = %d, want %d", got, tt.wantEjections)
+			}
+		})
+	}
+}
+
+// TestHealthOneProbeUnderConcurrency: many requests asking at once after an ejection expires get one probe
+// between them. Run with -race.
+func TestHealthOneProbeUnderConcurrency(t *testing.T) {
+	h := NewHealth(&Config{EjectAfter: 1, EjectBase: time.Second, EjectMax: time.Minute})
+	h.Failure(t0)
+	now := t0.Add(time.Hour)
+	for round := range 20 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		gotOK, gotProbe := 0, 0
+		start := make(chan struct{})
+		for range 64 {
+			wg.Go(func() {
+				<-start
+				ok, probe := h.Available(now)
+				mu.Lock()
+				if ok {
+					gotOK++
+				}
+				if probe {
+					gotProbe++
+				}
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if gotOK != 1 || gotProbe != 1 {
+			t.Fatalf("round %d: %d ok and %d probes among 64 concurrent callers, want 1 and 1", round, gotOK, gotProbe)
+		}
+		h.Release()
+	}
+}
+
+// TestHealthConcurrentReports: reports racing with Available keep the state machine consistent. Run with -race.
+func TestHealthConcurrentReports(t *testing.T) {
+	h := NewHealth(&Config{EjectAfter: 2, EjectBase: time.Second, EjectMax: 4 * time.Second})
+	clock := NewManualClock(t0)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				now := clock.Now()
+				if ok, probe := h.Available(now); ok {
+					switch (g + i) % 4 {
+					case 0:
+						h.Success(now)
+					case 1, 2:
+						h.Failure(now)
+					default:
+						if probe {
+							h.Release()
+						}
+					}
+				}
+				h.Ejected(now)
+				clock.Advance(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	h.Success(clock.Now())
+	if ok, probe := h.Available(clock.Now()); !ok || probe {
+		t.Errorf("after the storm and a success: Available() = %v, %v; want true, false", ok, probe)
+	}
+}
+
+func TestHealthAllocs(t *testing.T) {
+	h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute})
+	ejected := NewHealth(&Config{EjectAfter: 1, EjectBase: time.Hour, EjectMax: time.Hour})
+	ejected.Eject(t0)
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"Available healthy", func() { h.Available(t0) }},
+		{"Available ejected", func() { ejected.Available(t0) }},
+		{"Success", func() { h.Success(t0) }},
+		{"Failure", func() { h.Failure(t0) }},
+		{"Ejected", func() { ejected.Ejected(t0) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := testing.AllocsPerRun(1000, tt.f); got != 0 {
+				t.Errorf("%s allocates %v times per call, want 0", tt.name, got)
+			}
+		})
+	}
+}
+
+func BenchmarkHealthAvailable(b *testing.B) {
+	b.Run("healthy", func(b *testing.B) {
+		h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute})
+		b.ReportAllocs()
+		for b.Loop() {
+			h.Available(t0)
+		}
+	})
+	b.Run("healthy parallel", func(b *testing.B) {
+		h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				h.Available(t0)
+			}
+		})
+	})
+	b.Run("ejected", func(b *testing.B) {
+		h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Hour, EjectMax: time.Hour})
+		h.Eject(t0)
+		b.ReportAllocs()
+		for b.Loop() {
+			h.Available(t0)
+		}
+	})
+}
+
+func BenchmarkHealthSuccess(b *testing.B) {
+	h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute})
+	b.ReportAllocs()
+	for b.Loop() {
+		h.Success(t0)
+	}
+}
+
+func BenchmarkHealthFailure(b *testing.B) {
+	h := NewHealth(&Config{EjectAfter: 0, EjectBase: time.Second, EjectMax: time.Minute})
+	b.ReportAllocs()
+	for b.Loop() {
+		h.Failure(t0)
+	}
+}

@@ -1,0 +1,128 @@
+package budget
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// The retry budget's window: ten buckets of one second, as Linkerd's and Finagle's budgets keep ten seconds.
+const (
+	budgetBuckets = 10
+	budgetBucket  = time.Second
+)
+
+// RetryBudget limits retries and transfers across all requests, in the manner of Linkerd's retry budget and
+// Envoy's retry_budget: over a sliding window of ten one-second buckets, retries plus transfers may not exceed
+// ratio × first attempts in the window + minPerSecond × 10. It keeps a failing upstream from being hit by a
+// storm of retries multiplied by every request in flight, while the floor lets a quiet sidecar still recover.
+// Ratio 0 means unlimited.
+//
+// One RetryBudget per process, shared by every request: safe for concurrent use, lock-free and allocation-free.
+// Each bucket counter is one 64-bit word holding the bucket's second (high 32 bits) and its count (low 32), so a
+// bucket moves to a new second and counts in one compare-and-swap, and the limit is never overshot under
+// concurrency.
+type RetryBudget struct {
+	ratio  float64 // <= 0: unlimited
+	floor  float64 // minPerSecond × window seconds
+	origin time.Time
+
+	requests [budgetBuckets]atomic.Uint64
+	retries  [budgetBuckets]atomic.Uint64
+}
+
+// NewRetryBudget returns a budget allowing ratio retries and transfers per first attempt plus minPerSecond per
+// second, over ten seconds. clock is read once, for the origin of the bucket seconds (so buckets follow the
+// monotonic clock, not wall-clock jumps); nil means SystemClock. The now given to Request and Withdraw must come
+// from the same clock.
+func NewRetryBudget(ratio float64, minPerSecond int, clock Clock) *RetryBudget {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return &RetryBudget{
+		ratio:  ratio,
+		floor:  float64(max(minPerSecond, 0)) * budgetBuckets,
+		origin: clock.Now(),
+	}
+}
+
+// Request records that a request arrived (its first attempt): it adds ratio to what retries may spend.
+func (b *RetryBudget) Request(now time.Time) {
+	if !(b.ratio > 0) {
+		return
+	}
+	s := b.second(now)
+	bump(&b.requests[s%budgetBuckets], s)
+}
+
+// Withdraw asks for a retry or transfer starting now. true means it is allowed and has been counted; false means
+// the budget is spent, and the current error goes back to the client (log retry_budget_exhausted).
+func (b *RetryBudget) Withdraw(now time.Time) bool {
+	if !(b.ratio > 0) {
+		return true
+	}
+	s := b.second(now)
+	cur := s % budgetBuckets
+	var requests, others uint64
+	for i := range uint32(budgetBuckets) {
+		requests += count(b.requests[i].Load(), s)
+		if i != cur {
+			others += count(b.retries[i].Load(), s)
+		}
+	}
+	// The epsilon keeps 0.29 × 100 = 28.999999999999996 from losing a retry to rounding.
+	allowed := uint64(b.ratio*float64(requests) + b.floor + 1e-9)
+	w := bump(&b.retries[cur], s)
+	// Only the current bucket changes under us, and every Withdraw judges by its own increment of it, so the
+	// first one past the limit and all later ones are refused: no overshoot.
+	if others+uint64(uint32(w)) > allowed {
+		unbump(&b.retries[cur], w)
+		return false
+	}
+	return true
+}
+
+// second returns now's one-second bucket number since the origin (0 for a time before it).
+func (b *RetryBudget) second(now time.Time) uint32 {
+	return uint32(max(now.Sub(b.origin), 0) / budgetBucket)
+}
+
+// count returns the count in bucket word w if its second is within the window ending at second s.
+func count(w uint64, s uint32) uint64 {
+	if s-uint32(w>>32) < budgetBuckets {
+		return uint64(uint32(w))
+	}
+	return 0
+}
+
+// bump adds one to the bucket word for second s, first restarting it if it holds an older second, and returns
+// the new word. An event late enough that the bucket has already moved on is counted in the newer second.
+func bump(a *atomic.Uint64, s uint32) uint64 {
+	for {
+		old := a.Load()
+		next := uint64(s)<<32 | 1
+		if sec := uint32(old >> 32); sec == s || int32(sec-s) > 0 {
+			if uint32(old) == math.MaxUint32 {
+				return old
+			}
+			next = old + 1
+		}
+		if a.CompareAndSwap(old, next) {
+			return next
+		}
+	}
+}
+
+// unbump takes back the increment that produced word w, unless its bucket has moved to another second since
+// (which dropped the count anyway).
+func unbump(a *atomic.Uint64, w uint64) {
+	for {
+		old := a.Load()
+		if old>>32 != w>>32 || uint32(old) == 0 {
+			return
+		}
+		if a.CompareAndSwap(old, old-1) {
+			return
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package budget
+
+import "time"
+
+// Sweep walks one request's candidates in order for the first attempt and each transfer, skipping those whose
+// Health refuses them now (ejected, cooling down, or being probed by another request). When that first pass hands
+// out nothing at all because every candidate was refused, a second pass hands them all out anyway, in order and
+// regardless of health: SPEC 5, never fail closed on health alone. Positions are the proxy's candidate order
+// (the strategy's first pick, then declared order); the proxy maps them to targets.
+//
+// Sweep only picks; whether a transfer may happen at all (Request.TransferAllowed, ElapsedAllows, RetryBudget) is
+// asked before calling Next, and same-target retries never go through it. One Sweep belongs to one request and is
+// not safe for concurrent use; re-use it with Reset. Its zero value has no candidates.
+type Sweep struct {
+	n        int
+	next     int
+	handed   bool // the first pass handed out at least one candidate
+	fallback bool
+}
+
+// Reset readies s for a request with n candidates.
+func (s *Sweep) Reset(n int) { *s = Sweep{n: n} }
+
+// Next returns the position of the next candidate to attempt, and whether that attempt is the target's probe (its
+// outcome must then be reported to that Health). ok=false means the candidates are exhausted. health(pos) returns
+// the Health of the candidate at pos; nil means always available.
+func (s *Sweep) Next(now time.Time, health func(pos int) *Health) (pos int, probe, ok bool) {
+	for !s.fallback && s.next < s.n {
+		pos = s.next
+		s.next++
+		h := health(pos)
+		if h == nil {
+			s.handed = true
+			return pos, false, true
+		}
+		if ok, probe := h.Available(now); ok {
+			s.handed = true
+			return pos, probe, true
+		}
+	}
+	if !s.fallback {
+		if s.handed || s.n == 0 {
+			return 0, false, false
+		}
+		s.fallback, s.next = true, 0
+	}
+	if s.next < s.n {
+		pos = s.next
+		s.next++
+		return pos, false, true
+	}
+	return 0, false, false
+}
+
+// Fallback reports whether the sweep has turned to trying every candidate regardless of health (for the ledger).
+func (s *Sweep) Fallback() bool { return s.fallback }

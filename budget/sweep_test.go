@@ -1,0 +1,107 @@
+package budget
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSweep(t *testing.T) {
+	cfg := &Config{EjectAfter: 1, EjectBase: 30 * time.Second, EjectMax: 300 * time.Second}
+	// Candidate states: "up", "ejected", "expired" (ejection over, probe free), "probing" (another request
+	// holds the probe), "cooling", "nil" (no Health).
+	health := func(state string) *Health {
+		h := NewHealth(cfg)
+		switch state {
+		case "up":
+		case "ejected":
+			h.Eject(t0)
+		case "expired":
+			h.Eject(t0.Add(-time.Hour))
+		case "probing":
+			h.Eject(t0.Add(-time.Hour))
+			h.Available(t0)
+		case "cooling":
+			h.Cooldown(t0, time.Minute)
+		case "nil":
+			return nil
+		default:
+			panic(state)
+		}
+		return h
+	}
+	tests := []struct {
+		name         string
+		states       []string
+		want         string // positions handed out, "p" marking a probe
+		wantFallback bool
+	}{
+		{"all up, in order", []string{"up", "up", "up"}, "0 1 2", false},
+		{"ejected candidates are skipped", []string{"ejected", "up", "ejected", "up"}, "1 3", false},
+		{"cooling candidates are skipped", []string{"cooling", "up"}, "1", false},
+		{"a candidate being probed elsewhere is skipped", []string{"probing", "up"}, "1", false},
+		{"an expired ejection is handed out as a probe", []string{"ejected", "expired", "up"}, "1p 2", false},
+		{"every candidate ejected: all tried anyway, in order", []string{"ejected", "ejected", "ejected"}, "0 1 2", true},
+		{"every candidate unavailable for any reason: all tried anyway", []string{"cooling", "ejected", "probing"}, "0 1 2", true},
+		{"no fallback once a candidate was handed out", []string{"ejected", "up", "ejected"}, "1", false},
+		{"nil health is always available", []string{"nil", "ejected"}, "0", false},
+		{"no candidates", nil, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hs := make([]*Health, len(tt.states))
+			for i, st := range tt.states {
+				hs[i] = health(st)
+			}
+			var s Sweep
+			s.Reset(len(hs))
+			var got []string
+			for range 2*len(hs) + 2 {
+				pos, probe, ok := s.Next(t0, func(i int) *Health { return hs[i] })
+				if !ok {
+					break
+				}
+				got = append(got, fmt.Sprint(pos)+map[bool]string{true: "p"}[probe])
+			}
+			if g := strings.Join(got, " "); g != tt.want {
+				t.Errorf("handed out %q, want %q", g, tt.want)
+			}
+			if s.Fallback() != tt.wantFallback {
+				t.Errorf("Fallback() = %v, want %v", s.Fallback(), tt.wantFallback)
+			}
+			if _, _, ok := s.Next(t0, func(i int) *Health { return hs[i] }); ok {
+				t.Error("Next() after exhaustion handed out another candidate")
+			}
+		})
+	}
+}
+
+func TestSweepResetStartsOver(t *testing.T) {
+	hs := []*Health{NewHealth(&Config{EjectBase: time.Second, EjectMax: time.Second})}
+	var s Sweep
+	s.Reset(1)
+	s.Next(t0, func(i int) *Health { return hs[i] })
+	s.Reset(1)
+	if pos, _, ok := s.Next(t0, func(i int) *Health { return hs[i] }); !ok || pos != 0 {
+		t.Errorf("after Reset Next() = %d, %v; want 0, true", pos, ok)
+	}
+}
+
+func TestSweepAllocs(t *testing.T) {
+	cfg := &Config{EjectBase: time.Second, EjectMax: time.Second}
+	hs := []*Health{NewHealth(cfg), NewHealth(cfg), NewHealth(cfg)}
+	hs[0].Eject(t0)
+	var s Sweep
+	got := testing.AllocsPerRun(1000, func() {
+		s.Reset(len(hs))
+		for {
+			if _, _, ok := s.Next(t0, func(i int) *Health { return hs[i] }); !ok {
+				break
+			}
+		}
+	})
+	if got != 0 {
+		t.Errorf("a sweep allocates %v times, want 0", got)
+	}
+}
