@@ -1,0 +1,15 @@
+// Package stream frames server-sent events and decides when the start of a
+// streamed LLM response may reach the client.
+//
+// A Framer splits any chunking of an SSE byte stream into events (LF, CRLF and
+// lone CR line ends, a CR and its LF may arrive in different reads). A Gate
+// holds the first bytes of one response and classifies each complete event by
+// API family as opening (keep holding), business content (commit: the held
+// bytes may be sent), an in-stream error, or the end of an empty stream. After
+// commit it watches the piped bytes, without holding them, for the family's
+// terminal event so the proxy can tell a proper end from a cut.
+//
+// The package decides only what the bytes say. It never retries, never picks a
+// target, never maps an error to a status, never touches HTTP or sockets and
+// never reads a clock: timeouts, verdicts and I/O belong to its callers.
+package stream

@@ -1,0 +1,337 @@
+package stream
+
+import "bytes"
+
+// Event is one complete SSE event. Name and Data are views into the Framer's
+// memory, valid until the next call on the Framer.
+type Event struct {
+	// Name is the value of the last `event:` field, cut to the capture limit;
+	// nil if the record had none (an `event:` with an empty value gives a
+	// non-nil empty Name).
+	Name []byte
+	// Data is the record's data lines joined with "\n", cut to the capture
+	// limit; nil when HasData is false.
+	Data []byte
+	// DataLen is the full length of the joined data; it exceeds len(Data) when
+	// the capture limit cut it.
+	DataLen int
+	// HasData reports that at least one data field was present.
+	HasData bool
+}
+
+// lineState is where the Framer stands inside the current line.
+type lineState uint8
+
+const (
+	atLineStart lineState = iota // nothing of the current line seen yet
+	inFieldName                  // reading the field name, before any ':'
+	afterColon                   // just past ':', one space may be dropped
+	inValue                      // reading the field value
+	inComment                    // a ':' line, skipped to its end
+)
+
+// fieldKind is what the value of the current line feeds.
+type fieldKind uint8
+
+const (
+	fieldIgnored fieldKind = iota // id, retry and unknown fields
+	fieldData
+	fieldEvent
+)
+
+// maxFieldName is the longest field name the Framer needs to tell apart
+// ("event", "retry"); a longer name is unknown and ignored.
+const maxFieldName = 5
+
+// Framer splits a byte stream into SSE events (the WHATWG event-stream
+// grammar) under any chunking. A record is dispatched at the blank line that
+// ends it; a record holding only comments or ignored fields is still
+// reported, with HasData false and Name nil, while a blank line with nothing
+// before it is skipped.
+//
+// The zero value is not ready: call Reset. A Framer owns the memory behind the
+// Events it returns and reuses it, so steady-state framing allocates nothing;
+// its buffers grow to the largest event kept (at most the capture limit).
+// A Framer is not safe for concurrent use.
+type Framer struct {
+	limit int // most data (and name) bytes kept per event; <= 0 keeps all
+
+	data    []byte
+	dataLen int
+	hasData bool
+	name    []byte
+	hasName bool
+	seen    bool // the record has at least one line (field or comment)
+
+	line      lineState
+	kind      fieldKind
+	field     [maxFieldName]byte
+	fieldLen  int  // bytes of the field name so far; maxFieldName+1 = too long
+	cr        bool // the last byte consumed was a CR ending a line: skip one LF
+	delivered bool // the last call returned an event: clear the record first
+
+	ev Event
+}
+
+// Reset readies f for a new stream, keeping its buffers. captureLimit is the
+// most data bytes (and event-name bytes) kept per event; <= 0 keeps all.
+func (f *Framer) Reset(captureLimit int) {
+	f.limit = captureLimit
+	if f.name == nil {
+		f.name = make([]byte, 0, 32)
+	}
+	if f.data == nil {
+		f.data = make([]byte, 0, 256)
+	}
+	f.clearRecord()
+	f.line = atLineStart
+	f.cr = false
+	f.delivered = false
+	f.ev = Event{}
+}
+
+// setLimit changes the capture limit mid-stream, cutting what the current
+// record already kept. The Gate uses it when it switches to tail mode.
+func (f *Framer) setLimit(limit int) {
+	f.limit = limit
+	if limit > 0 {
+		if len(f.data) > limit {
+			f.data = f.data[:limit]
+		}
+		if len(f.name) > limit {
+			f.name = f.name[:limit]
+		}
+	}
+}
+
+func (f *Framer) clearRecord() {
+	f.data = f.data[:0]
+	f.dataLen = 0
+	f.hasData = false
+	f.name = f.name[:0]
+	f.hasName = false
+	f.seen = false
+	f.delivered = false
+}
+
+// Next consumes bytes from p and stops right after the first event completed
+// in p. It returns how many bytes of p it consumed and whether an event
+// completed (then Event returns it); the event ends at the CR or LF of its
+// blank line (the LF of a CRLF is skipped by the next call). When ok is false,
+// all of p was consumed and the partial record is remembered, so the next call
+// continues it. Call Next again on the unconsumed remainder p[n:].
+func (f *Framer) Next(p []byte) (n int, ok bool) {
+	if f.delivered {
+		f.clearRecord()
+	}
+	i := 0
+	if f.cr && len(p) > 0 {
+		// A CR ended the previous chunk: an LF here is the rest of a CRLF.
+		f.cr = false
+		if p[0] == '\n' {
+			i = 1
+		}
+	}
+	for i < len(p) {
+		switch f.line {
+		case atLineStart:
+			c := p[i]
+			if c == '\n' || c == '\r' {
+				if f.seen {
+					// Stop right after the CR or LF that ends the record. The
+					// LF of a CRLF is left to the next call, so where an event
+					// ends does not depend on how the stream was chunked.
+					f.cr = c == '\r'
+					f.dispatch()
+					return i + 1, true
+				}
+				i = f.lineEnd(p, i)
+				continue
+			}
+			f.seen = true
+			if c == ':' {
+				f.line = inComment
+				i++
+				continue
+			}
+			f.line = inFieldName
+			f.fieldLen = 0
+		case inFieldName:
+			j := i
+			for j < len(p) {
+				c := p[j]
+				if c == ':' || c == '\n' || c == '\r' {
+					break
+				}
+				j++
+			}
+			f.addFieldName(p[i:j])
+			if j == len(p) {
+				return len(p), false
+			}
+			f.startValue()
+			if p[j] == ':' {
+				f.line = afterColon
+				i = j + 1
+				continue
+			}
+			// A line without ':' is a field with an empty value.
+			i = f.lineEnd(p, j)
+		case afterColon:
+			if p[i] == ' ' {
+				i++
+			}
+			f.line = inValue
+		case inValue:
+			k := indexLineEnd(p[i:])
+			if k < 0 {
+				f.addValue(p[i:])
+				return len(p), false
+			}
+			f.addValue(p[i : i+k])
+			i = f.lineEnd(p, i+k)
+		case inComment:
+			k := indexLineEnd(p[i:])
+			if k < 0 {
+				return len(p), false
+			}
+			i = f.lineEnd(p, i+k)
+		}
+	}
+	return len(p), false
+}
+
+// Event returns the event the last Next or Flush completed.
+func (f *Framer) Event() Event { return f.ev }
+
+// Flush ends the stream: a record in progress (a line seen but no blank line
+// after it, even when the last line itself has no line end) is returned as an
+// event with ok true. The Framer is then at the start of a new stream.
+func (f *Framer) Flush() (ev Event, ok bool) {
+	if f.delivered {
+		f.clearRecord()
+	}
+	if f.line == inFieldName {
+		f.startValue()
+	}
+	f.line = atLineStart
+	f.cr = false
+	if !f.seen {
+		return Event{}, false
+	}
+	f.dispatch()
+	return f.ev, true
+}
+
+func (f *Framer) dispatch() {
+	f.ev = f.view()
+	f.delivered = true
+}
+
+func (f *Framer) view() Event {
+	ev := Event{DataLen: f.dataLen, HasData: f.hasData}
+	if f.hasName {
+		ev.Name = f.name
+	}
+	if f.hasData {
+		ev.Data = f.data
+	}
+	return ev
+}
+
+// lineEnd consumes the line terminator at p[j] (CR, LF or CRLF) and returns
+// the index after it. A CR that is the last byte of p leaves f.cr set so that
+// an LF opening the next chunk is not read as a second line end.
+func (f *Framer) lineEnd(p []byte, j int) int {
+	f.line = atLineStart
+	if p[j] == '\r' {
+		if j+1 < len(p) {
+			if p[j+1] == '\n' {
+				return j + 2
+			}
+		} else {
+			f.cr = true
+		}
+	}
+	return j + 1
+}
+
+func (f *Framer) addFieldName(b []byte) {
+	if f.fieldLen+len(b) > maxFieldName {
+		f.fieldLen = maxFieldName + 1
+		return
+	}
+	f.fieldLen += copy(f.field[f.fieldLen:], b)
+}
+
+// startValue acts on a complete field name.
+func (f *Framer) startValue() {
+	f.kind = fieldIgnored
+	if f.fieldLen > maxFieldName {
+		return
+	}
+	switch string(f.field[:f.fieldLen]) {
+	case "data":
+		f.kind = fieldData
+		if f.hasData {
+			f.addData(newline)
+		}
+		f.hasData = true
+	case "event":
+		f.kind = fieldEvent
+		f.name = f.name[:0]
+		f.hasName = true
+	}
+}
+
+var newline = []byte{'\n'}
+
+func (f *Framer) addValue(b []byte) {
+	switch f.kind {
+	case fieldData:
+		f.addData(b)
+	case fieldEvent:
+		f.name = appendCapped(f.name, b, f.limit)
+	}
+}
+
+func (f *Framer) addData(b []byte) {
+	f.dataLen += len(b)
+	f.data = appendCapped(f.data, b, f.limit)
+}
+
+// appendCapped appends b to dst without letting dst grow past limit bytes
+// (limit <= 0: no cap).
+func appendCapped(dst, b []byte, limit int) []byte {
+	if limit > 0 {
+		room := limit - len(dst)
+		if room <= 0 {
+			return dst
+		}
+		if len(b) > room {
+			b = b[:room]
+		}
+	}
+	return append(dst, b...)
+}
+
+// indexLineEnd returns the index of the first CR or LF in b, or -1. Two
+// vectorised IndexByte scans beat a byte loop (most streams have no CR). The
+// scans run over windows that double in size, so that a stream with lone CR
+// line ends does not make every line search the whole rest of b for an LF.
+func indexLineEnd(b []byte) int {
+	for w, size := 0, 256; w < len(b); w, size = w+size, size*2 {
+		seg := b[w:min(len(b), w+size)]
+		lf := bytes.IndexByte(seg, '\n')
+		if lf >= 0 {
+			seg = seg[:lf]
+		}
+		if cr := bytes.IndexByte(seg, '\r'); cr >= 0 {
+			return w + cr
+		}
+		if lf >= 0 {
+			return w + lf
+		}
+	}
+	return -1
+}

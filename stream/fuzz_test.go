@@ -1,0 +1,109 @@
+package stream
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// splitBy cuts in into chunks whose sizes come from cuts (each byte a size of
+// 1 to 64, cycled), so the fuzzer explores chunkings as well as inputs.
+func splitBy(in, cuts []byte) [][]byte {
+	if len(cuts) == 0 || len(in) == 0 {
+		return [][]byte{in}
+	}
+	var out [][]byte
+	for i := 0; len(in) > 0; i++ {
+		n := min(int(cuts[i%len(cuts)]%64)+1, len(in))
+		out = append(out, in[:n])
+		in = in[n:]
+	}
+	return out
+}
+
+// FuzzFramer checks that any chunking of the input yields the events of one
+// whole Next loop, and that both match the naive reference framer.
+func FuzzFramer(f *testing.F) {
+	f.Add([]byte("data: a\r\n\r\n"), []byte{0})
+	f.Add([]byte("event: x\rdata: 1\r\rdata\n:c\n\n"), []byte{1, 2})
+	f.Fuzz(func(t *testing.T, in, cuts []byte) {
+		for _, limit := range []int{0, 5} {
+			want := refFrame(in, limit)
+			one := frameChunks(limit, [][]byte{in})
+			if strings.Join(one, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("limit %d, whole input:\n got %q\nwant %q", limit, one, want)
+			}
+			got := frameChunks(limit, splitBy(in, cuts))
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("limit %d, chunked:\n got %q\nwant %q", limit, got, want)
+			}
+		}
+	})
+}
+
+type gateResult struct {
+	decision Decision
+	reason   CommitReason
+	errData  string
+	events   int
+	finished bool
+}
+
+func runGate(g *Gate, fam Family, peek int, chunks [][]byte) gateResult {
+	g.Reset(fam, peek)
+	d := feedStream(g, chunks)
+	if d == Hold {
+		d = g.End()
+	}
+	return gateResult{d, g.Reason(), string(g.ErrorData()), len(g.Events()), g.Finished()}
+}
+
+// FuzzGate checks that the Gate never panics and that its decision, reason,
+// ErrorData, Events and Finished do not depend on how the input is chunked
+// (with a peek limit the input never reaches: the limit itself depends on
+// chunking by design). With a small peek limit it checks only the invariants.
+func FuzzGate(f *testing.F) {
+	f.Add(uint8(Chat), []byte("data: {\"error\":{}}\n\n"), []byte{3})
+	f.Add(uint8(Messages), []byte("event: error\ndata: x\n\n"), []byte{0})
+	f.Fuzz(func(t *testing.T, fam uint8, in, cuts []byte) {
+		family := Family(fam % 5)
+		var g Gate
+		want := runGate(&g, family, len(in)+1, [][]byte{in})
+		if !bytes.Equal(g.Held(), in) {
+			t.Fatal("Held() is not the input")
+		}
+		got := runGate(&g, family, len(in)+1, splitBy(in, cuts))
+		if got != want {
+			t.Fatalf("%v: chunked %+v, whole %+v", family, got, want)
+		}
+		if want.decision == Hold {
+			t.Fatal("End left the gate holding")
+		}
+		if (want.decision == Error) != (want.errData != "" || g.ErrorData() != nil) {
+			t.Fatalf("%v: decision %v with ErrorData %q", family, want.decision, want.errData)
+		}
+		// Small peek limit: no panic, Events is a prefix of Held, and the
+		// bytes held never exceed the limit by more than the last chunk.
+		chunks := splitBy(in, cuts)
+		g.Reset(family, 16)
+		for _, c := range chunks {
+			before := len(g.Held())
+			d := g.Feed(c)
+			if d != Commit && d != Hold {
+				break
+			}
+			if d == Commit {
+				if g.Reason() == ReasonPeekLimit && before >= 16 {
+					t.Fatalf("committed for the peek limit only at %d bytes", len(g.Held()))
+				}
+				break
+			}
+			if len(g.Held()) >= 16 {
+				t.Fatalf("holding %d bytes past the peek limit", len(g.Held()))
+			}
+		}
+		if !bytes.HasPrefix(g.Held(), g.Events()) {
+			t.Fatal("Events() is not a prefix of Held()")
+		}
+	})
+}

@@ -1,0 +1,231 @@
+package stream
+
+import "github.com/valyala/fastjson"
+
+// Decision is what the Gate concluded from the bytes fed so far.
+type Decision uint8
+
+const (
+	// Hold means keep reading: nothing decisive yet.
+	Hold Decision = iota
+	// Commit means send the held bytes and pipe the rest (business content
+	// seen, the peek limit reached, or a family that commits at headers).
+	Commit
+	// Error means a complete error event arrived before any content;
+	// ErrorData has its data.
+	Error
+	// Empty means the stream ended ([DONE] or End) before any business content.
+	Empty
+)
+
+var decisionNames = [...]string{Hold: "hold", Commit: "commit", Error: "error", Empty: "empty"}
+
+// String returns the decision's lower-case name.
+func (d Decision) String() string {
+	if int(d) < len(decisionNames) {
+		return decisionNames[d]
+	}
+	return "unknown"
+}
+
+// CommitReason says why a Gate committed.
+type CommitReason uint8
+
+const (
+	// ReasonContent means business content arrived.
+	ReasonContent CommitReason = iota
+	// ReasonPeekLimit means the peek limit was reached before content.
+	ReasonPeekLimit
+	// ReasonHeaders means the Gate committed at headers (image, or a peek
+	// limit of 0).
+	ReasonHeaders
+)
+
+var reasonNames = [...]string{ReasonContent: "content", ReasonPeekLimit: "peek_limit", ReasonHeaders: "headers"}
+
+// String returns the reason as used in metric labels: "content",
+// "peek_limit", "headers".
+func (r CommitReason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// tailCaptureLimit is how many data bytes per event the Gate keeps after
+// commit: enough for a terminal event's `type` or `[DONE]`, never a whole
+// event, so piping a stream never buffers it.
+const tailCaptureLimit = 256
+
+// Gate holds back the start of one SSE response until it commits, then watches
+// the tail for the family's terminal event.
+//
+// Before commit the Gate copies every fed byte (Held) so the proxy can replay
+// them byte for byte; after commit it keeps at most tailCaptureLimit data
+// bytes of the current event. Held, Events and ErrorData are owned by the Gate
+// and valid until the next Feed or Reset. Call Reset before first use; a Gate
+// is reused with Reset, which keeps its buffers (steady-state gating
+// allocates nothing). A Gate is not safe for concurrent use.
+type Gate struct {
+	family Family
+	peek   int
+
+	held      []byte
+	eventsEnd int // len of the prefix of held made of classified events
+	fr        Framer
+	parser    fastjson.Parser
+
+	decided  bool // a decision other than Hold was returned
+	decision Decision
+	reason   CommitReason
+	errData  []byte
+	finished bool // the family's terminal event was seen
+}
+
+// Reset readies g for a new response of family f. peekLimit is the most bytes
+// held before the Gate commits anyway; <= 0 commits at headers.
+func (g *Gate) Reset(f Family, peekLimit int) {
+	g.family = f
+	g.peek = peekLimit
+	g.held = g.held[:0]
+	g.eventsEnd = 0
+	g.fr.Reset(0)
+	g.decided = false
+	g.decision = Hold
+	g.reason = ReasonContent
+	g.errData = nil
+	g.finished = false
+}
+
+// Feed appends a copy of p to the held bytes, frames the events it completes,
+// classifies them in order and returns at the first decisive one (Commit,
+// Error or Empty); Hold when none was. For Image, or a peek limit <= 0, the
+// first Feed commits with ReasonHeaders. When no complete event decides and
+// len(Held()) >= the peek limit, Feed commits with ReasonPeekLimit. On Commit
+// the rest of the held bytes has already been watched as tail, so Finished is
+// right even when the whole stream came in one read.
+//
+// After Commit, Feed acts as Observe and returns Commit; after Error or Empty
+// it does nothing and repeats that decision.
+func (g *Gate) Feed(p []byte) Decision {
+	if g.decided {
+		if g.decision == Commit {
+			g.Observe(p)
+		}
+		return g.decision
+	}
+	start := len(g.held)
+	g.held = append(g.held, p...)
+	if g.family == Image || g.peek <= 0 {
+		return g.commit(ReasonHeaders, start)
+	}
+	off := start
+	for off < len(g.held) {
+		n, ok := g.fr.Next(g.held[off:])
+		off += n
+		if !ok {
+			break
+		}
+		g.eventsEnd = off
+		ev := g.fr.Event()
+		switch d := g.classify(ev); d {
+		case Commit:
+			return g.commit(ReasonContent, off)
+		case Error:
+			return g.fail(ev.Data)
+		case Empty:
+			return g.decide(Empty)
+		}
+	}
+	if len(g.held) >= g.peek {
+		return g.commit(ReasonPeekLimit, len(g.held))
+	}
+	return Hold
+}
+
+// End reports EOF from the upstream before commit. A trailing record without
+// its blank line counts only when its data is a complete JSON error object
+// (End returns Error); otherwise End returns Empty. After a decision, End
+// repeats it.
+func (g *Gate) End() Decision {
+	if g.decided {
+		return g.decision
+	}
+	if ev, ok := g.fr.Flush(); ok && g.classify(ev) == Error && g.isJSONObject(ev.Data) {
+		g.eventsEnd = len(g.held)
+		return g.fail(ev.Data)
+	}
+	return g.decide(Empty)
+}
+
+// Held returns every byte fed before commit (on commit, the bytes the proxy
+// replays byte for byte).
+func (g *Gate) Held() []byte { return g.held }
+
+// Events returns the prefix of Held made of complete events, up to and
+// including the decisive one: what success rules may match. It ends at the
+// line end of the last event's blank line (at its CR when that is a CRLF).
+func (g *Gate) Events() []byte { return g.held[:g.eventsEnd] }
+
+// ErrorData returns the data of the error event (its data lines joined) after
+// Error, nil otherwise.
+func (g *Gate) ErrorData() []byte { return g.errData }
+
+// Reason returns why the Gate committed; meaningful after Commit only.
+func (g *Gate) Reason() CommitReason { return g.reason }
+
+// Observe watches a chunk piped to the client after Commit and records whether
+// the family's terminal event went by. It keeps at most tailCaptureLimit data
+// bytes per event, however large the event. Before Commit it does nothing.
+func (g *Gate) Observe(p []byte) {
+	if !g.decided || g.decision != Commit || g.finished {
+		return // nothing left to learn once the terminal event went by
+	}
+	for len(p) > 0 && !g.finished {
+		n, ok := g.fr.Next(p)
+		p = p[n:]
+		g.finished = ok && isTerminal(g.family, g.fr.Event())
+	}
+}
+
+// Finished reports whether the committed stream reached a proper end: for
+// chat, `data: [DONE]`; for responses, response.completed,
+// response.incomplete, response.failed or an error event; for messages,
+// message_stop or an error event; other and image have no required terminal
+// event and are always finished. Like any SSE event, a terminal event counts
+// only once its blank line arrived.
+func (g *Gate) Finished() bool {
+	return g.finished || g.family == Other || g.family == Image
+}
+
+func (g *Gate) decide(d Decision) Decision {
+	g.decided = true
+	g.decision = d
+	return d
+}
+
+func (g *Gate) fail(data []byte) Decision {
+	g.errData = data
+	if g.errData == nil {
+		g.errData = []byte{}
+	}
+	return g.decide(Error)
+}
+
+// commit switches to tail mode and watches held[from:], the bytes after the
+// decisive event that arrived with it.
+func (g *Gate) commit(r CommitReason, from int) Decision {
+	g.reason = r
+	// The decisive event can itself end the stream (a bare
+	// response.completed, message_stop).
+	g.finished = r == ReasonContent && isTerminal(g.family, g.fr.Event())
+	g.fr.setLimit(tailCaptureLimit)
+	g.decide(Commit)
+	g.Observe(g.held[from:])
+	return Commit
+}
+
+func (g *Gate) isJSONObject(b []byte) bool {
+	v, err := g.parser.ParseBytes(b)
+	return err == nil && v.Type() == fastjson.TypeObject
+}

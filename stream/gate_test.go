@@ -1,0 +1,773 @@
+package stream
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const fixtureRoot = "../testdata/sse"
+
+// bigPeek is a peek limit no fixture reaches.
+const bigPeek = 1 << 20
+
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func fixture(t testing.TB, f Family, name string) []byte {
+	t.Helper()
+	return readFile(t, filepath.Join(fixtureRoot, f.String(), name))
+}
+
+func fixturePaths(t testing.TB) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(fixtureRoot, "*", "*.sse"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no fixtures under %s: %v", fixtureRoot, err)
+	}
+	return paths
+}
+
+// recordEnd returns the offset just past the n-th record of an LF-only
+// fixture: fixtures separate records with exactly one blank line, so that is
+// the n-th "\n\n". It is computed without the Framer on purpose.
+func recordEnd(t *testing.T, in []byte, n int) int {
+	t.Helper()
+	off := 0
+	for range n {
+		i := bytes.Index(in[off:], []byte("\n\n"))
+		if i < 0 {
+			t.Fatalf("fixture has fewer than %d records", n)
+		}
+		off += i + 2
+	}
+	return off
+}
+
+const allHeld = -1
+
+type gateCase struct {
+	name    string
+	family  Family
+	file    string
+	want    Decision
+	reason  CommitReason // checked when want is Commit
+	events  int          // records in Events(); allHeld: Events() == Held()
+	errData string       // exact ErrorData when want is Error
+	end     bool         // the stream ends (End) after the one Feed
+	cut     int          // feed only the first cut records (0: the whole file)
+	// finished is Finished() after the one Feed, when want is Commit.
+	finished bool
+}
+
+var gateCases = []gateCase{
+	// chat
+	{name: "role-only chunk holds, content delta commits", family: Chat, file: "content.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "null content and tool_calls hold, tool_calls delta commits", family: Chat, file: "tool_calls.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "empty reasoning_content holds, reasoning_content delta commits", family: Chat, file: "reasoning_content.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "comments and null reasoning hold, reasoning delta commits", family: Chat, file: "reasoning_openrouter.sse",
+		want: Commit, events: 4, finished: true},
+	{name: "choices [] filter chunk holds", family: Chat, file: "azure_filter_first.sse",
+		want: Commit, events: 3, finished: true},
+	{name: "refusal delta commits", family: Chat, file: "refusal.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "function_call in the first chunk commits", family: Chat, file: "function_call.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "audio delta commits", family: Chat, file: "audio.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "finish_reason without content commits", family: Chat, file: "finish_only.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "comments and empty data hold", family: Chat, file: "keepalive_then_content.sse",
+		want: Commit, events: 5, finished: true},
+	{name: "non-JSON data commits", family: Chat, file: "not_json.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "unrecognised object commits", family: Chat, file: "unrecognised_object.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "content then error in one feed commits", family: Chat, file: "content_then_error.sse",
+		want: Commit, events: 1, finished: false},
+	{name: "error chunk after role chunk errors", family: Chat, file: "role_then_error.sse",
+		want: Error, events: 2,
+		errData: `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":"server_error"}}`},
+	{name: "error under event: error errors", family: Chat, file: "error_event.sse",
+		want: Error, events: 2,
+		errData: `{"error":{"message":"Rate limit reached for gpt-4o in organization org-fake on tokens per min (TPM): Limit 30000, Used 29876, Requested 512.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`},
+	{name: "event: error with text data errors", family: Chat, file: "event_error_no_json.sse",
+		want: Error, events: 1, errData: `upstream connect error or disconnect/reset before headers`},
+	{name: "multi-line error data is joined", family: Chat, file: "error_multiline.sse",
+		want: Error, events: 1,
+		errData: "{\"error\": {\n  \"code\": 429,\n  \"message\": \"Resource has been exhausted (e.g. check quota).\",\n  \"status\": \"RESOURCE_EXHAUSTED\"\n}}"},
+	{name: "[DONE] only is empty", family: Chat, file: "done_only.sse",
+		want: Empty, events: 1},
+	{name: "null content and empty tool_calls then [DONE] is empty", family: Chat, file: "null_content_done.sse",
+		want: Empty, events: 3},
+	{name: "usage-only chunk then [DONE] is empty", family: Chat, file: "usage_only.sse",
+		want: Empty, events: 2},
+	{name: "trailing error without blank line errors at End", family: Chat, file: "truncated_error.sse",
+		want: Error, events: allHeld, end: true,
+		errData: `{"error":{"message":"Upstream request timed out","type":"upstream_error","param":null,"code":"upstream_timeout"}}`},
+	{name: "trailing content without blank line is empty at End", family: Chat, file: "truncated_content.sse",
+		want: Empty, events: 1, end: true},
+	{name: "EOF after opening chunks is empty", family: Chat, file: "usage_only.sse",
+		want: Empty, events: 1, end: true, cut: 1},
+
+	// responses
+	{name: "created, in_progress, message item and empty part hold; output_text delta commits", family: Responses, file: "text.sse",
+		want: Commit, events: 5, finished: true},
+	{name: "reasoning item and empty summary part hold; summary delta commits", family: Responses, file: "reasoning_summary.sse",
+		want: Commit, events: 5, finished: true},
+	{name: "hidden reasoning item added and done hold", family: Responses, file: "reasoning_hidden.sse",
+		want: Commit, events: 7, finished: true},
+	{name: "function_call item commits", family: Responses, file: "function_call.sse",
+		want: Commit, events: 3, finished: true},
+	{name: "empty arguments delta holds, arguments delta commits", family: Responses, file: "function_call_args_delta.sse",
+		want: Commit, events: 3},
+	{name: "web_search_call item commits", family: Responses, file: "web_search.sse",
+		want: Commit, events: 3},
+	{name: "response.queued holds", family: Responses, file: "queued.sse",
+		want: Commit, events: 6},
+	{name: "empty output_text delta holds", family: Responses, file: "empty_delta.sse",
+		want: Commit, events: 5},
+	{name: "unknown event type commits", family: Responses, file: "unknown_event.sse",
+		want: Commit, events: 2},
+	{name: "response.incomplete commits and finishes", family: Responses, file: "incomplete.sse",
+		want: Commit, events: 5, finished: true},
+	{name: "response.completed commits and finishes", family: Responses, file: "completed_only.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "error event errors", family: Responses, file: "error_event.sse",
+		want: Error, events: 3,
+		errData: `{"type":"error","sequence_number":2,"code":"server_error","message":"The server had an error processing your request. Sorry about that! You can retry your request.","param":null}`},
+	{name: "response.failed errors", family: Responses, file: "failed.sse",
+		want: Error, events: 3,
+		errData: `{"type":"response.failed","sequence_number":2,"response":{"id":"resp_fake0000000000000000000001","object":"response","created_at":1732875400,"model":"gpt-4.1-mini-2025-04-14","status":"failed","error":{"code":"server_error","message":"The model failed to generate a response."},"incomplete_details":null,"output":[],"usage":null}}`},
+	{name: "top-level error without event name errors", family: Responses, file: "top_level_error.sse",
+		want: Error, events: 1,
+		errData: `{"error":{"message":"Upstream provider returned 503 Service Unavailable","type":"upstream_error","param":null,"code":"upstream_unavailable"}}`},
+	{name: "EOF after response.created is empty", family: Responses, file: "completed_only.sse",
+		want: Empty, events: 1, end: true, cut: 1},
+
+	// messages
+	{name: "message_start, empty text block and ping hold; text delta commits", family: Messages, file: "text.sse",
+		want: Commit, events: 4, finished: true},
+	{name: "empty thinking block holds, thinking delta commits", family: Messages, file: "thinking.sse",
+		want: Commit, events: 3, finished: true},
+	{name: "tool_use block commits", family: Messages, file: "tool_use.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "server_tool_use block commits", family: Messages, file: "server_tool_use.sse",
+		want: Commit, events: 2},
+	{name: "redacted_thinking block commits", family: Messages, file: "redacted_thinking.sse",
+		want: Commit, events: 2},
+	{name: "empty input_json_delta holds, partial_json commits", family: Messages, file: "input_json_delta.sse",
+		want: Commit, events: 3},
+	{name: "citations delta commits", family: Messages, file: "citations_delta.sse",
+		want: Commit, events: 2},
+	{name: "content_block_stop holds, message_delta with stop_reason commits", family: Messages, file: "stop_reason_only.sse",
+		want: Commit, events: 4, finished: true},
+	{name: "message_delta without stop_reason holds", family: Messages, file: "usage_delta_then_text.sse",
+		want: Commit, events: 3},
+	{name: "message_stop commits and finishes", family: Messages, file: "message_stop_only.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "message_start with content commits", family: Messages, file: "prefilled_start.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "unknown event holds, text block with text commits", family: Messages, file: "unknown_events.sse",
+		want: Commit, events: 3},
+	{name: "overloaded_error event errors", family: Messages, file: "overloaded.sse",
+		want: Error, events: 3,
+		errData: `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`},
+	{name: "overloaded_error as the first event errors", family: Messages, file: "overloaded_first.sse",
+		want: Error, events: 1,
+		errData: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_fake011CV5abcdefghijklmnop"}`},
+	{name: "type error without event name errors", family: Messages, file: "api_error_data_only.sse",
+		want: Error, events: 1,
+		errData: `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`},
+
+	// image
+	{name: "image commits at headers", family: Image, file: "partial_image.sse",
+		want: Commit, reason: ReasonHeaders, events: 0, finished: true},
+
+	// other
+	{name: "comments and empty data hold, completion data commits", family: Other, file: "completions.sse",
+		want: Commit, events: 3, finished: true},
+	{name: "speech audio delta commits", family: Other, file: "speech.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "top-level error errors", family: Other, file: "error.sse",
+		want: Error, events: 2,
+		errData: `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}}`},
+	{name: "[DONE] after a comment is empty", family: Other, file: "done_only.sse",
+		want: Empty, events: 2},
+}
+
+func TestGateFixtures(t *testing.T) {
+	used := map[string]bool{}
+	for _, tc := range gateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixture(t, tc.family, tc.file)
+			if tc.cut > 0 {
+				in = in[:recordEnd(t, in, tc.cut)]
+			}
+			used[filepath.Join(tc.family.String(), tc.file)] = true
+			var g Gate
+			g.Reset(tc.family, bigPeek)
+			got := g.Feed(in)
+			if tc.end {
+				if got != Hold {
+					t.Fatalf("Feed = %v before End, want hold", got)
+				}
+				got = g.End()
+			}
+			checkGate(t, &g, in, tc, got)
+		})
+	}
+	t.Run("every fixture has a case", func(t *testing.T) {
+		for _, p := range fixturePaths(t) {
+			rel, _ := filepath.Rel(fixtureRoot, p)
+			if !used[rel] {
+				t.Errorf("fixture %s is not in gateCases", rel)
+			}
+		}
+	})
+}
+
+func checkGate(t *testing.T, g *Gate, in []byte, tc gateCase, got Decision) {
+	t.Helper()
+	if got != tc.want {
+		t.Fatalf("decision = %v, want %v (Events %q)", got, tc.want, g.Events())
+	}
+	if !bytes.Equal(g.Held(), in) {
+		t.Fatalf("Held() is not the fed bytes")
+	}
+	wantEvents := len(in)
+	if tc.events != allHeld {
+		wantEvents = recordEnd(t, in, tc.events)
+	}
+	if len(g.Events()) != wantEvents {
+		t.Fatalf("Events() = %q\nwant the first %d bytes: %q", g.Events(), wantEvents, in[:wantEvents])
+	}
+	switch tc.want {
+	case Commit:
+		if g.Reason() != tc.reason {
+			t.Fatalf("Reason() = %v, want %v", g.Reason(), tc.reason)
+		}
+		if g.Finished() != tc.finished {
+			t.Fatalf("Finished() = %v, want %v", g.Finished(), tc.finished)
+		}
+		if g.ErrorData() != nil {
+			t.Fatalf("ErrorData() = %q after commit", g.ErrorData())
+		}
+	case Error:
+		if string(g.ErrorData()) != tc.errData {
+			t.Fatalf("ErrorData() = %q\nwant %q", g.ErrorData(), tc.errData)
+		}
+	default:
+		if g.ErrorData() != nil {
+			t.Fatalf("ErrorData() = %q after %v", g.ErrorData(), got)
+		}
+	}
+}
+
+// TestGateRules covers single rules of the table with small inline streams,
+// where a fixture would only repeat one line.
+func TestGateRules(t *testing.T) {
+	tests := []struct {
+		name   string
+		family Family
+		in     string
+		want   Decision
+	}{
+		{"chat: empty delta holds", Chat, `data: {"choices":[{"index":0,"delta":{}}]}` + "\n\n", Hold},
+		{"chat: choice without delta holds", Chat, `data: {"choices":[{"index":0}]}` + "\n\n", Hold},
+		{"chat: empty string finish_reason holds", Chat, `data: {"choices":[{"delta":{"role":"assistant"},"finish_reason":""}]}` + "\n\n", Hold},
+		{"chat: provider metadata in the delta holds", Chat, `data: {"choices":[{"delta":{"role":"assistant","content":"","token_id":42}}]}` + "\n\n", Hold},
+		{"chat: whitespace content commits", Chat, `data: {"choices":[{"delta":{"content":"\n"}}]}` + "\n\n", Commit},
+		{"chat: message instead of delta commits", Chat, `data: {"choices":[{"message":{"role":"assistant","content":"Hi"}}]}` + "\n\n", Commit},
+		{"chat: content in a second choice commits", Chat, `data: {"choices":[{"index":0,"delta":{"role":"assistant"}},{"index":1,"delta":{"content":"b"}}]}` + "\n\n", Commit},
+		{"chat: error null is not an error", Chat, `data: {"choices":[],"error":null}` + "\n\n", Hold},
+		{"chat: nested error is not top-level", Chat, `data: {"choices":[{"delta":{"role":"assistant"},"error":{"x":1}}]}` + "\n\n", Hold},
+		{"chat: choices null is unrecognised and commits", Chat, `data: {"choices":null}` + "\n\n", Commit},
+		{"chat: JSON array commits", Chat, `data: [1,2]` + "\n\n", Commit},
+		{"chat: JSON string commits", Chat, `data: "hi"` + "\n\n", Commit},
+		{"chat: a named event without data holds", Chat, "event: ping\n\n", Hold},
+		{"chat: event error without data errors", Chat, "event: error\n\n", Error},
+		{"chat: event error with a JSON message errors", Chat, "event: error\ndata: {\"message\":\"overloaded\"}\n\n", Error},
+		{"chat: [DONE] with spaces is empty", Chat, "data:  [DONE] \n\n", Empty},
+		{"chat: id-only record holds", Chat, "id: 1\nretry: 10\n\n", Hold},
+		{"chat: half an error event holds", Chat, `data: {"error":{"message":"boom"}}` + "\n", Hold},
+		{"chat: error then content errors", Chat, `data: {"error":"x"}` + "\n\n" + `data: {"choices":[{"delta":{"content":"a"}}]}` + "\n\n", Error},
+
+		{"responses: created with nested error null holds", Responses, `data: {"type":"response.created","response":{"error":null}}` + "\n\n", Hold},
+		{"responses: event name used when data has no type", Responses, "event: response.in_progress\ndata: {\"response\":{}}\n\n", Hold},
+		{"responses: data type wins over event name", Responses, "event: response.created\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n", Commit},
+		{"responses: name-only created holds", Responses, "event: response.created\n\n", Hold},
+		{"responses: name-only delta holds", Responses, "event: response.output_text.delta\ndata:\n\n", Hold},
+		{"responses: response.error errors", Responses, `data: {"type":"response.error","error":{"message":"x"}}` + "\n\n", Error},
+		{"responses: event error with text data errors", Responses, "event: error\ndata: oops\n\n", Error},
+		{"responses: text data without name commits", Responses, "data: hello\n\n", Commit},
+		{"responses: JSON without type or name commits", Responses, `data: {"foo":1}` + "\n\n", Commit},
+		{"responses: message item with text commits", Responses, `data: {"type":"response.output_item.added","item":{"type":"message","content":[{"type":"output_text","text":"Hi"}]}}` + "\n\n", Commit},
+		{"responses: custom_tool_call item commits", Responses, `data: {"type":"response.output_item.added","item":{"type":"custom_tool_call","input":""}}` + "\n\n", Commit},
+		{"responses: content part with text commits", Responses, `data: {"type":"response.content_part.added","part":{"type":"output_text","text":"a"}}` + "\n\n", Commit},
+		{"responses: empty refusal part holds", Responses, `data: {"type":"response.content_part.added","part":{"type":"refusal","refusal":""}}` + "\n\n", Hold},
+		{"responses: refusal delta commits", Responses, `data: {"type":"response.refusal.delta","delta":"No"}` + "\n\n", Commit},
+		{"responses: audio delta commits", Responses, `data: {"type":"response.audio.delta","delta":"AAAA"}` + "\n\n", Commit},
+		{"responses: reasoning item with summary text commits", Responses, `data: {"type":"response.output_item.added","item":{"type":"reasoning","summary":[{"type":"summary_text","text":"x"}]}}` + "\n\n", Commit},
+		{"responses: [DONE] is empty", Responses, "data: [DONE]\n\n", Empty},
+		{"responses: the type decides over a top-level error", Responses, `data: {"type":"response.in_progress","error":{"code":"x"}}` + "\n\n", Hold},
+		{"responses: type not first still decides", Responses, `data: {"sequence_number":1,"response":{"error":null},"type":"response.in_progress"}` + "\n\n", Hold},
+		{"responses: top-level error without type errors under any name", Responses, "event: response.output_text.delta\ndata: {\"error\":{\"message\":\"x\"}}\n\n", Error},
+		{"responses: invalid JSON with an error name errors", Responses, "event: response.failed\ndata: {oops\n\n", Error},
+
+		{"messages: ping holds", Messages, "event: ping\ndata: {\"type\": \"ping\"}\n\n", Hold},
+		{"messages: content_block_stop holds", Messages, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n", Hold},
+		{"messages: name-only unknown event holds", Messages, "event: something_new\n\n", Hold},
+		{"messages: text data without JSON holds", Messages, "data: hello\n\n", Hold},
+		{"messages: event error with text data errors", Messages, "event: error\ndata: Overloaded\n\n", Error},
+		{"messages: event error without data errors", Messages, "event: error\n\n", Error},
+		{"messages: data type wins over event name", Messages, "event: error\ndata: {\"type\":\"ping\"}\n\n", Hold},
+		{"messages: the type decides over a top-level error", Messages, `data: {"type":"ping","error":{"type":"x"}}` + "\n\n", Hold},
+		{"messages: message_start with text content commits when type is not first", Messages, `data: {"message":{"content":[{"type":"text","text":"a"}]},"type":"message_start"}` + "\n\n", Commit},
+		{"messages: top-level error without type errors", Messages, `data: {"error":{"type":"api_error","message":"x"}}` + "\n\n", Error},
+		{"messages: text block with text commits", Messages, `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":"a"}}` + "\n\n", Commit},
+		{"messages: thinking block with text commits", Messages, `data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"a"}}` + "\n\n", Commit},
+		{"messages: empty text delta holds", Messages, `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}` + "\n\n", Hold},
+		{"messages: signature delta commits", Messages, `data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"Eq"}}` + "\n\n", Commit},
+		{"messages: message_delta with null stop_reason holds", Messages, `data: {"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":3}}` + "\n\n", Hold},
+		{"messages: message_stop by name only commits", Messages, "event: message_stop\n\n", Commit},
+
+		{"other: empty data holds", Other, "data:\n\n", Hold},
+		{"other: comment holds", Other, ": x\n\n", Hold},
+		{"other: error null commits", Other, `data: {"error":null,"data":[1]}` + "\n\n", Commit},
+		{"other: text commits", Other, "data: x\n\n", Commit},
+		{"other: event error errors", Other, "event: error\ndata: {\"message\":\"x\"}\n\n", Error},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(tt.family, bigPeek)
+			if got := g.Feed([]byte(tt.in)); got != tt.want {
+				t.Fatalf("Feed = %v, want %v", got, tt.want)
+			}
+			// Same verdict fed byte by byte.
+			g.Reset(tt.family, bigPeek)
+			got := Hold
+			for i := 0; i < len(tt.in) && got == Hold; i++ {
+				got = g.Feed([]byte{tt.in[i]})
+			}
+			if got != tt.want {
+				t.Fatalf("byte by byte: Feed = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// errorFixtures are error streams of each family with the ErrorData the one-Feed case yields.
+var errorFixtures = []struct {
+	family Family
+	file   string
+}{
+	{Chat, "role_then_error.sse"},
+	{Chat, "error_event.sse"},
+	{Chat, "error_multiline.sse"},
+	{Responses, "error_event.sse"},
+	{Responses, "failed.sse"},
+	{Messages, "overloaded.sse"},
+	{Messages, "overloaded_first.sse"},
+	{Other, "error.sse"},
+}
+
+func TestGateErrorUnderAnySplit(t *testing.T) {
+	for _, ef := range errorFixtures {
+		base := fixture(t, ef.family, ef.file)
+		var ref Gate
+		ref.Reset(ef.family, bigPeek)
+		if d := ref.Feed(base); d != Error {
+			t.Fatalf("%s/%s: one Feed = %v, want error", ef.family, ef.file, d)
+		}
+		want := string(ref.ErrorData())
+		for _, v := range lineEndVariants(base) {
+			name := fmt.Sprintf("%s/%s/%s", ef.family, ef.file, v.name)
+			t.Run(name, func(t *testing.T) {
+				var g Gate
+				feed := func(how string, chunks [][]byte) {
+					t.Helper()
+					g.Reset(ef.family, bigPeek)
+					d := Hold
+					for _, c := range chunks {
+						if d = g.Feed(c); d != Hold {
+							break
+						}
+					}
+					if d == Hold {
+						d = g.End()
+					}
+					if d != Error || string(g.ErrorData()) != want {
+						t.Fatalf("%s: %v with ErrorData %q\nwant error with %q", how, d, g.ErrorData(), want)
+					}
+				}
+				s := string(v.data)
+				feed("whole", whole(s))
+				feed("byte by byte", byteByByte(s))
+				for i := range len(s) + 1 {
+					feed(fmt.Sprintf("split at %d", i), splitAt(s, i))
+				}
+			})
+		}
+	}
+}
+
+func TestGateHalfAnErrorIsNotAnError(t *testing.T) {
+	in := fixture(t, Messages, "overloaded_first.sse")
+	end := bytes.Index(in, []byte("\n\n"))
+	for i := range end + 1 {
+		var g Gate
+		g.Reset(Messages, bigPeek)
+		if d := g.Feed(in[:i]); d != Hold {
+			t.Fatalf("Feed of the first %d bytes = %v, want hold", i, d)
+		}
+		if g.ErrorData() != nil {
+			t.Fatalf("ErrorData %q before the event completed", g.ErrorData())
+		}
+	}
+	// Cut inside the JSON: End must not call half a payload an error.
+	var g Gate
+	g.Reset(Messages, bigPeek)
+	g.Feed(in[:end-10])
+	if d := g.End(); d != Empty {
+		t.Fatalf("End after half an error = %v, want empty", d)
+	}
+}
+
+func TestGateEndWithTrailingErrorRecord(t *testing.T) {
+	for _, ef := range errorFixtures {
+		in := bytes.TrimRight(fixture(t, ef.family, ef.file), "\n")
+		var g Gate
+		g.Reset(ef.family, bigPeek)
+		if d := g.Feed(in); d != Hold {
+			t.Fatalf("%s/%s without its blank line: Feed = %v, want hold", ef.family, ef.file, d)
+		}
+		if d := g.End(); d != Error {
+			t.Fatalf("%s/%s without its blank line: End = %v, want error", ef.family, ef.file, d)
+		}
+		if !bytes.Equal(g.Events(), in) {
+			t.Fatalf("%s/%s: Events() should include the trailing error record", ef.family, ef.file)
+		}
+	}
+	// A trailing record named error but without JSON data is not enough.
+	var g Gate
+	g.Reset(Messages, bigPeek)
+	g.Feed([]byte("event: error\ndata: Overloaded"))
+	if d := g.End(); d != Empty {
+		t.Fatalf("trailing text error record: End = %v, want empty", d)
+	}
+}
+
+func TestGateEndWithNothing(t *testing.T) {
+	for f := Chat; f <= Other; f++ {
+		if f == Image {
+			continue
+		}
+		var g Gate
+		g.Reset(f, bigPeek)
+		if d := g.End(); d != Empty {
+			t.Fatalf("%v: End with nothing fed = %v, want empty", f, d)
+		}
+		g.Reset(f, bigPeek)
+		g.Feed([]byte(": keep-alive\n\n"))
+		if d := g.End(); d != Empty {
+			t.Fatalf("%v: End after a comment = %v, want empty", f, d)
+		}
+	}
+}
+
+func TestGatePeekLimit(t *testing.T) {
+	in := fixture(t, Responses, "text.sse")
+	first := recordEnd(t, in, 1)
+	second := recordEnd(t, in, 2)
+	tests := []struct {
+		name   string
+		peek   int
+		chunks [][]byte
+		want   Decision
+		reason CommitReason
+		events int // len(Events())
+	}{
+		{"peek limit reached by opening events commits", first + 1, [][]byte{in[:second]},
+			Commit, ReasonPeekLimit, second},
+		{"peek limit reached mid-record commits with complete events only", first + 1, [][]byte{in[:first+10]},
+			Commit, ReasonPeekLimit, first},
+		{"peek limit reached exactly commits", first, [][]byte{in[:first]},
+			Commit, ReasonPeekLimit, first},
+		{"below the peek limit holds", first + 1, [][]byte{in[:first]},
+			Hold, 0, first},
+		{"peek limit across feeds commits", second, [][]byte{in[:first], in[first:second]},
+			Commit, ReasonPeekLimit, second},
+		{"content before the limit commits for content", len(in), [][]byte{in},
+			Commit, ReasonContent, recordEnd(t, in, 5)},
+		{"a decisive event wins over the limit in the same feed", 1, [][]byte{in},
+			Commit, ReasonContent, recordEnd(t, in, 5)},
+		{"peek limit 0 commits at headers", 0, [][]byte{in[:10]},
+			Commit, ReasonHeaders, 0},
+		{"negative peek limit commits at headers even on an empty feed", -1, [][]byte{nil},
+			Commit, ReasonHeaders, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(Responses, tt.peek)
+			d := Hold
+			for _, c := range tt.chunks {
+				d = g.Feed(c)
+			}
+			if d != tt.want {
+				t.Fatalf("decision %v, want %v", d, tt.want)
+			}
+			if d == Commit && g.Reason() != tt.reason {
+				t.Fatalf("reason %v, want %v", g.Reason(), tt.reason)
+			}
+			if len(g.Events()) != tt.events {
+				t.Fatalf("len(Events()) = %d, want %d", len(g.Events()), tt.events)
+			}
+		})
+	}
+}
+
+func TestGateImageCommitsAtHeaders(t *testing.T) {
+	var g Gate
+	g.Reset(Image, bigPeek)
+	// Even an error event does not stop an image stream once headers came.
+	if d := g.Feed([]byte(`data: {"error":{"message":"x"}}` + "\n\n")); d != Commit || g.Reason() != ReasonHeaders {
+		t.Fatalf("image Feed = %v/%v, want commit/headers", d, g.Reason())
+	}
+	if !g.Finished() {
+		t.Fatal("image stream should always be finished")
+	}
+}
+
+func TestGateAfterDecision(t *testing.T) {
+	var g Gate
+	g.Reset(Chat, bigPeek)
+	if d := g.Feed(fixture(t, Chat, "done_only.sse")); d != Empty {
+		t.Fatalf("Feed = %v", d)
+	}
+	if d := g.Feed([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")); d != Empty {
+		t.Fatalf("Feed after Empty = %v, want empty again", d)
+	}
+	if d := g.End(); d != Empty {
+		t.Fatalf("End after Empty = %v", d)
+	}
+	if len(g.Held()) != len(fixture(t, Chat, "done_only.sse")) {
+		t.Fatal("Feed after a decision must not hold more bytes")
+	}
+
+	// After Commit, Feed observes the tail and keeps returning Commit.
+	in := fixture(t, Chat, "content.sse")
+	cut := recordEnd(t, in, 2)
+	g.Reset(Chat, bigPeek)
+	if d := g.Feed(in[:cut]); d != Commit {
+		t.Fatalf("Feed = %v", d)
+	}
+	if d := g.Feed(in[cut:]); d != Commit || !g.Finished() {
+		t.Fatalf("Feed after commit = %v, Finished %v", d, g.Finished())
+	}
+	if len(g.Held()) != cut {
+		t.Fatalf("Held() grew after commit to %d bytes", len(g.Held()))
+	}
+}
+
+func TestGateResetReuses(t *testing.T) {
+	var g Gate
+	g.Reset(Messages, bigPeek)
+	if d := g.Feed(fixture(t, Messages, "overloaded.sse")); d != Error {
+		t.Fatalf("Feed = %v", d)
+	}
+	g.Reset(Chat, bigPeek)
+	if g.ErrorData() != nil || len(g.Held()) != 0 || len(g.Events()) != 0 || g.Finished() {
+		t.Fatal("Reset left state behind")
+	}
+	// A partial record of the previous stream must not leak into the next.
+	g.Feed([]byte("data: {\"error\":"))
+	g.Reset(Chat, bigPeek)
+	if d := g.Feed(fixture(t, Chat, "content.sse")); d != Commit {
+		t.Fatalf("Feed after Reset = %v, want commit", d)
+	}
+}
+
+// terminalStreams are committed streams that end properly, for Finished.
+var terminalStreams = []struct {
+	family Family
+	file   string
+}{
+	{Chat, "content.sse"},
+	{Chat, "tool_calls.sse"},
+	{Chat, "reasoning_openrouter.sse"},
+	{Responses, "text.sse"},
+	{Responses, "function_call.sse"},
+	{Responses, "incomplete.sse"},
+	{Messages, "text.sse"},
+	{Messages, "thinking.sse"},
+	{Messages, "tool_use.sse"},
+}
+
+// feedStream feeds chunks before commit and observes them after, as the
+// proxy does, and returns the final decision.
+func feedStream(g *Gate, chunks [][]byte) Decision {
+	d := Hold
+	for _, c := range chunks {
+		if d == Commit {
+			g.Observe(c)
+			continue
+		}
+		d = g.Feed(c)
+	}
+	return d
+}
+
+func TestGateFinished(t *testing.T) {
+	for _, ts := range terminalStreams {
+		in := fixture(t, ts.family, ts.file)
+		t.Run(fmt.Sprintf("%s/%s", ts.family, ts.file), func(t *testing.T) {
+			lastStart := bytes.LastIndex(in[:len(in)-2], []byte("\n\n")) + 2
+			for _, v := range lineEndVariants(in) {
+				for _, size := range []int{1, 2, 3, 5, 16, 64, 1000, len(in)} {
+					var g Gate
+					g.Reset(ts.family, bigPeek)
+					if d := feedStream(&g, chunked(v.data, size)); d != Commit {
+						t.Fatalf("%s, %d-byte chunks: decision %v", v.name, size, d)
+					}
+					if !g.Finished() {
+						t.Fatalf("%s, %d-byte chunks: not Finished", v.name, size)
+					}
+				}
+			}
+			// Cut anywhere before the terminal record's blank line ends: not
+			// finished. Every cut point is tried.
+			for cut := recordEnd(t, in, 1); cut < len(in); cut++ {
+				var g Gate
+				g.Reset(ts.family, bigPeek)
+				if d := feedStream(&g, chunked(in[:cut], 7)); d != Commit {
+					continue // cut before the commit point: the proxy calls End, not Finished
+				}
+				if g.Finished() {
+					t.Fatalf("cut at %d of %d (terminal record starts at %d): Finished", cut, len(in), lastStart)
+				}
+			}
+		})
+	}
+}
+
+func TestGateFinishedRules(t *testing.T) {
+	content := map[Family]string{
+		Chat:      `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n",
+		Responses: `data: {"type":"response.output_text.delta","delta":"x"}` + "\n\n",
+		Messages:  `data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}` + "\n\n",
+	}
+	big := strings.Repeat("x", 10000)
+	tests := []struct {
+		name   string
+		family Family
+		tail   string
+		want   bool
+	}{
+		{"chat: [DONE] finishes", Chat, "data: [DONE]\n\n", true},
+		{"chat: finish_reason alone does not finish", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\n", false},
+		{"chat: an error chunk does not finish", Chat, `data: {"error":{"message":"x"}}` + "\n\n", false},
+		{"chat: [DONE] inside a longer data does not finish", Chat, "data: [DONE]\ndata: more\n\n", false},
+		{"chat: a long event then [DONE] finishes", Chat, "data: " + big + "\n\ndata: [DONE]\n\n", true},
+		{"chat: [DONE] cut out of a long padded data does not finish", Chat, "data: [DONE]" + strings.Repeat(" ", 300) + "x\n\n", false},
+		{"responses: response.completed finishes", Responses, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[\"" + big + "\"]}}\n\n", true},
+		{"responses: completed known from the name when type is past the capture", Responses, "event: response.completed\ndata: {\"response\":{\"output\":[\"" + big + "\"]},\"type\":\"response.completed\"}\n\n", true},
+		{"responses: response.failed finishes", Responses, `data: {"type":"response.failed","response":{"error":{"code":"server_error"}}}` + "\n\n", true},
+		{"responses: error finishes", Responses, "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n", true},
+		{"responses: top-level error finishes", Responses, `data: {"error":{"message":"x"}}` + "\n\n", true},
+		{"responses: output_item.done does not finish", Responses, `data: {"type":"response.output_item.done","item":{"type":"message"}}` + "\n\n", false},
+		{"responses: a nested completed type does not finish", Responses, `data: {"type":"response.output_text.delta","item":{"type":"response.completed"}}` + "\n\n", false},
+		{"messages: message_stop finishes", Messages, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", true},
+		{"messages: error finishes", Messages, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"}}\n\n", true},
+		{"messages: message_delta with stop_reason does not finish", Messages, `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}` + "\n\n", false},
+		{"messages: the first type member counts, as in the parser", Messages, `data: {"type":"message_stop","type":"ping"}` + "\n\n", true},
+		{"messages: the first type member counts when it is not first either", Messages, `data: {"index":0,"type":"message_stop","type":"ping"}` + "\n\n", true},
+		{"messages: a type after a nested object is found", Messages, `data: {"meta":{"type":"ping","x":[1,{"y":"}"}]},"type":"message_stop"}` + "\n\n", true},
+		{"messages: a top-level error without type finishes", Messages, `data: {"error":{"type":"overloaded_error"}}` + "\n\n", true},
+		{"messages: a null top-level error without type does not finish", Messages, `data: {"error":null,"x":1}` + "\n\n", false},
+		{"messages: data type wins over the event name", Messages, "event: message_stop\ndata: {\"type\":\"ping\"}\n\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(tt.family, bigPeek)
+			if d := g.Feed([]byte(content[tt.family])); d != Commit {
+				t.Fatalf("content Feed = %v", d)
+			}
+			if g.Finished() {
+				t.Fatal("Finished before the tail")
+			}
+			// Observe in 100-byte pieces: the capture limit must not matter.
+			for _, c := range chunked([]byte(tt.tail), 100) {
+				g.Observe(c)
+			}
+			if g.Finished() != tt.want {
+				t.Fatalf("Finished() = %v, want %v", g.Finished(), tt.want)
+			}
+		})
+	}
+}
+
+func TestGateObserveBeforeCommitIsIgnored(t *testing.T) {
+	var g Gate
+	g.Reset(Chat, bigPeek)
+	g.Observe([]byte("data: [DONE]\n\n"))
+	if g.Finished() || len(g.Held()) != 0 {
+		t.Fatal("Observe before commit changed the gate")
+	}
+	if d := g.Feed(fixture(t, Chat, "content.sse")[:recordEnd(t, fixture(t, Chat, "content.sse"), 2)]); d != Commit {
+		t.Fatalf("Feed = %v", d)
+	}
+	if g.Finished() {
+		t.Fatal("[DONE] observed before commit was counted")
+	}
+}
+
+func TestGateObserveDoesNotBuffer(t *testing.T) {
+	var g Gate
+	g.Reset(Chat, bigPeek)
+	g.Feed(fixture(t, Chat, "content.sse")[:recordEnd(t, fixture(t, Chat, "content.sse"), 2)])
+	held := len(g.Held())
+	chunk := bytes.Repeat([]byte("y"), 64<<10)
+	g.Observe([]byte("data: "))
+	for range 64 {
+		g.Observe(chunk)
+	}
+	g.Observe([]byte("\n\n"))
+	if cap(g.fr.data) > 64<<10 {
+		t.Fatalf("tail framing kept %d bytes of a 4 MiB event", cap(g.fr.data))
+	}
+	if len(g.Held()) != held {
+		t.Fatal("Observe appended to Held()")
+	}
+}
+
+func TestNames(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{Chat.String(), "chat"}, {Responses.String(), "responses"}, {Messages.String(), "messages"},
+		{Image.String(), "image"}, {Other.String(), "other"}, {Family(99).String(), "unknown"},
+		{Hold.String(), "hold"}, {Commit.String(), "commit"}, {Error.String(), "error"}, {Empty.String(), "empty"},
+		{Decision(9).String(), "unknown"},
+		{ReasonContent.String(), "content"}, {ReasonPeekLimit.String(), "peek_limit"},
+		{ReasonHeaders.String(), "headers"}, {CommitReason(9).String(), "unknown"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package stream
+
+import "bytes"
+
+// isTerminal reports whether ev properly ends a stream of family f. It reads
+// only the captured prefix of the data (the tail keeps a few hundred bytes per
+// event), so it finds the `type` with a bounded scan of the top-level object
+// instead of parsing the whole event. As in classify, a JSON "type" decides;
+// without one, a top-level error ends the stream, else the event name decides.
+func isTerminal(f Family, ev Event) bool {
+	switch f {
+	case Chat:
+		return ev.DataLen == len(ev.Data) && bytes.Equal(trimSpace(ev.Data), done)
+	case Image, Other:
+		return true
+	}
+	typ := leadingType(ev.Data) // providers put "type" first: no scan needed
+	if typ == nil {
+		var hasErr bool
+		if typ, hasErr = scanTopLevel(ev.Data); typ == nil {
+			if hasErr {
+				return true
+			}
+			typ = ev.Name
+		}
+	}
+	if f == Responses {
+		switch string(typ) {
+		case "response.completed", "response.incomplete", "response.failed", "response.error", "error":
+			return true
+		}
+		return false
+	}
+	switch string(typ) {
+	case "message_stop", "error":
+		return true
+	}
+	return false
+}
+
+// scanTopLevel walks the top-level members of the JSON object that b starts
+// (b may be cut anywhere) and returns the raw value of the first string
+// "type" member and whether the first "error" member is not null. It stops at
+// the first thing that is not well-formed and never recurses, so hostile
+// nesting cannot exhaust the stack.
+func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i++
+	seenErr := false
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] == '}' {
+			return typ, hasErr
+		}
+		if b[i] == ',' {
+			i++
+			continue
+		}
+		if b[i] != '"' {
+			return typ, hasErr
+		}
+		ks := i + 1
+		i = skipString(b, i)
+		if i < 0 {
+			return typ, hasErr
+		}
+		key := b[ks : i-1]
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return typ, hasErr
+		}
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return typ, hasErr
+		}
+		vs := i
+		i = skipValue(b, i)
+		if i <= vs {
+			return typ, hasErr
+		}
+		switch string(key) {
+		case "type":
+			if typ == nil && b[vs] == '"' {
+				typ = b[vs+1 : i-1]
+			}
+		case "error":
+			if !seenErr {
+				seenErr = true
+				hasErr = !bytes.HasPrefix(b[vs:], null)
+			}
+		}
+	}
+}
+
+var null = []byte("null")
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i] (a
+// quote), or -1 if b ends inside it. Long strings (instructions, text) are
+// crossed with IndexByte rather than byte by byte.
+func skipString(b []byte, i int) int {
+	i++
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		q += i
+		// The quote is escaped when an odd run of backslashes precedes it.
+		bs := 0
+		for j := q - 1; j >= i && b[j] == '\\'; j-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return q + 1
+		}
+		i = q + 1
+	}
+}
+
+// skipValue returns the index after the JSON value that starts at b[i], or -1
+// if b ends inside it. Objects and arrays are skipped by counting brackets
+// outside strings.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				if i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	// A number or a literal: up to the next delimiter.
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return -1
+}
