@@ -1,0 +1,149 @@
+// Command failover is a failover sidecar for LLM APIs. Point an OpenAI or Anthropic SDK at it
+// (base URL http://127.0.0.1:4000/v1); it forwards each request to an ordered list of
+// upstream targets and, while nothing has reached the client yet, retries or moves to the next
+// target when an attempt fails in a way that is safe to recover from.
+//
+// Configuration comes only from FAILOVER_* environment variables (see README.md).
+//
+//	failover          run the sidecar
+//	failover -check   validate the environment, print the effective policy, exit 0 or 2
+//	failover drill    play the failure drills against simulated upstreams on loopback
+//
+// This file only wires: it reads the configuration, sets up logging, listeners and signals.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lmittmann/tint"
+
+	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/drill"
+)
+
+const usage = `usage: failover [-check | drill]
+
+  failover          run the sidecar (configured by FAILOVER_* environment variables)
+  failover -check   validate the environment, print the effective policy, exit 0 (valid) or 2
+  failover drill    play the failure drills against simulated upstreams on loopback
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// run is main with its inputs and outputs passed in; it returns the exit code: 0 fine,
+// 1 a runtime failure (or a failed drill), 2 a bad configuration or usage.
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	mode := "serve"
+	for _, a := range args {
+		switch a {
+		case "-check", "--check", "check":
+			mode = "check"
+		case "drill":
+			mode = "drill"
+		case "-h", "-help", "--help", "help":
+			fmt.Fprint(stdout, usage)
+			return 0
+		default:
+			fmt.Fprintf(stderr, "failover: unknown argument %q\n%s", a, usage)
+			return 2
+		}
+	}
+
+	cfg, err := proxy.Load(environ, mode != "drill")
+	// Keys and tokens leave the process environment as soon as they are read, so nothing
+	// spawned later (or a crash dump of the environment) can see them.
+	for _, name := range proxy.SecretVariables(environ) {
+		os.Unsetenv(name)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: %v\n", err)
+		return 2
+	}
+
+	switch mode {
+	case "check":
+		fmt.Fprint(stdout, cfg.Describe())
+		fmt.Fprintln(stdout, "# configuration is valid")
+		return 0
+	case "drill":
+		return drill.Run(cfg, stdout)
+	}
+
+	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, stderr)
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: %v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: FAILOVER_LISTEN=%s: %v\n", cfg.Server.Listen, err)
+		return 1
+	}
+	mln, err := net.Listen("tcp", cfg.Server.MetricsListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: FAILOVER_METRICS_LISTEN=%s: %v\n", cfg.Server.MetricsListen, err)
+		return 1
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- srv.Serve(ln) }()
+	go func() { errs <- srv.ServeProbes(mln) }()
+	names := make([]string, len(cfg.Targets))
+	for i, t := range cfg.Targets {
+		names[i] = t.Name
+	}
+	log.Info("listening", slog.String("proxy", ln.Addr().String()), slog.String("metrics", mln.Addr().String()),
+		slog.String("strategy", cfg.Server.Strategy), slog.String("targets", strings.Join(names, ",")))
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case sig := <-signals:
+		log.Info("shutting_down", slog.String("signal", sig.String()), slog.Duration("timeout", cfg.Server.ShutdownTimeout))
+	case err := <-errs:
+		log.Error("listener_failed", slog.String("error", err.Error()))
+		return 1
+	}
+	timeout := cfg.Server.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = time.Duration(1<<63 - 1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	srv.Shutdown(ctx)
+	log.Info("stopped")
+	return 0
+}
+
+// newLogger returns the slog logger: tint (coloured on a terminal, NO_COLOR respected) for
+// text, slog's JSON handler for json; auto picks text on a terminal and json otherwise.
+func newLogger(level, format string, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	lv.UnmarshalText([]byte(level)) //nolint:errcheck // validated by proxy.Load
+	tty := isTerminal(w)
+	if format == "text" || format == "auto" && tty {
+		_, noColor := os.LookupEnv("NO_COLOR")
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: "15:04:05.000", NoColor: !tty || noColor}))
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

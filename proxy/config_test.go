@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "PATH=/usr/bin", "HOME=/root"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Server
+	if s.Listen != "127.0.0.1:4000" || s.MetricsListen != ":9464" || s.LogLevel != "info" || s.LogFormat != "auto" ||
+		s.ShutdownTimeout != 30*time.Second || s.MaxRequestBytes != 32<<20 || s.MaxResponseBytes != 32<<20 ||
+		s.Strategy != "failover" || s.StickyHeader != "X-Session-Id" || s.ConnectTimeout != 5*time.Second ||
+		s.FirstByteTimeout != 60*time.Second || s.IdleTimeout != 300*time.Second || s.AttemptTimeout != 600*time.Second ||
+		s.PeekBytes != 128<<10 || s.MaxInflight != 0 || s.InboundToken != "" {
+		t.Errorf("server defaults: %+v", s)
+	}
+	b := c.Budget
+	if !b.Enabled || b.MaxAttempts != 0 || b.SameTargetRetries != 0 || b.BackoffBase != 200*time.Millisecond ||
+		b.BackoffMax != 5*time.Second || b.RetryAfterMax != 10*time.Second || b.EjectAfter != 5 || b.RetryBudgetRatio != 0.2 || b.RetryBudgetMin != 10 {
+		t.Errorf("budget defaults: %+v", b)
+	}
+	tg := c.Targets[0]
+	if tg.Name != "api.openai.com" || tg.Auth != "bearer" || tg.Weight != 1 || tg.Retries != 0 {
+		t.Errorf("target defaults: %+v", tg)
+	}
+}
+
+func TestLoadTargets(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	os.WriteFile(keyFile, []byte("sk-from-file\n"), 0o600)
+	c, err := Load([]string{
+		"FAILOVER_TARGET_0_URL=https://api.openai.com/v1",
+		"FAILOVER_TARGET_0_API_KEY_FILE=" + keyFile,
+		"FAILOVER_TARGET_1_URL=https://api.openai.com/v1",
+		"FAILOVER_TARGET_1_RETRIES=2",
+		"FAILOVER_TARGET_2_URL=https://api.anthropic.com/v1",
+		"FAILOVER_TARGET_2_AUTH=X-API-KEY",
+		"FAILOVER_SAME_TARGET_RETRIES=1",
+		"FAILOVER_PEEK_BYTES=64KiB",
+		"FAILOVER_MAX_REQUEST_BYTES=1048576",
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Targets[0].APIKey != "sk-from-file" {
+		t.Errorf("key file not read or not trimmed: %q", c.Targets[0].APIKey)
+	}
+	if c.Targets[0].Name != "api.openai.com" || c.Targets[1].Name != "api.openai.com-2" || c.Targets[2].Name != "api.anthropic.com" {
+		t.Errorf("default names: %s %s %s", c.Targets[0].Name, c.Targets[1].Name, c.Targets[2].Name)
+	}
+	if c.Targets[0].Retries != 1 || c.Targets[1].Retries != 2 {
+		t.Errorf("retries: %d %d", c.Targets[0].Retries, c.Targets[1].Retries)
+	}
+	if c.Targets[2].Auth != "x-api-key" || c.Server.PeekBytes != 64<<10 || c.Server.MaxRequestBytes != 1<<20 {
+		t.Errorf("parsed: %+v %+v", c.Targets[2], c.Server)
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	longPattern := strings.Repeat("a", 4097)
+	tests := []struct {
+		name string
+		env  []string
+		want []string // every one must be in the message
+	}{
+		{"unknown variable with a hint", []string{"FAILOVER_RETRY_ON_STATUS=5xx"}, []string{"FAILOVER_RETRY_ON_STATUS: unknown variable", "did you mean FAILOVER_RETRY_ON_STATUSES"}},
+		{"unknown target field with a hint", []string{"FAILOVER_TARGET_0_APIKEY=x"}, []string{"FAILOVER_TARGET_0_APIKEY: unknown variable", "did you mean FAILOVER_TARGET_0_API_KEY"}},
+		{"gap in targets", []string{"FAILOVER_TARGET_2_URL=http://c/v1"}, []string{"FAILOVER_TARGET_<i>: indices must be contiguous from 0; missing 0, 1"}},
+		{"gap in rules", []string{"FAILOVER_STOP_RULE_1_STATUSES=400"}, []string{"FAILOVER_STOP_RULE_<i>: indices must be contiguous from 0; missing 0"}},
+		{"leading zero index", []string{"FAILOVER_TARGET_01_URL=http://c/v1"}, []string{"FAILOVER_TARGET_01_URL: the index \"01\" must be written without leading zeros"}},
+		{"duration without unit", []string{"FAILOVER_CONNECT_TIMEOUT=5"}, []string{`FAILOVER_CONNECT_TIMEOUT="5": not a duration`}},
+		{"bad size", []string{"FAILOVER_PEEK_BYTES=128KB"}, []string{`FAILOVER_PEEK_BYTES="128KB": not a size`}},
+		{"bad integer", []string{"FAILOVER_MAX_ATTEMPTS=two"}, []string{`FAILOVER_MAX_ATTEMPTS="two": not a whole number`}},
+		{"bad boolean", []string{"FAILOVER_ENABLED=yes please"}, []string{`FAILOVER_ENABLED="yes please": not a boolean`}},
+		{"bad status token", []string{"FAILOVER_RETRY_ON_STATUSES=429,6xx"}, []string{`FAILOVER_RETRY_ON_STATUSES="429,6xx"`, `"6xx" is not a status`}},
+		{"success status in the retry list", []string{"FAILOVER_RETRY_ON_STATUSES=2xx"}, []string{"FAILOVER_RETRY_ON_STATUSES", "200 is not an error status"}},
+		{"phrase of status words only", []string{"FAILOVER_RETRY_ON_ERRORS=model gone, 404 5xx"}, []string{"FAILOVER_RETRY_ON_ERRORS", "has only status words"}},
+		{"stop rule status outside 400-599", []string{"FAILOVER_STOP_RULE_0_STATUSES=302"}, []string{"FAILOVER_STOP_RULE_0_STATUSES=\"302\"", "400-599"}},
+		{"pattern that does not compile", []string{"FAILOVER_STOP_RULE_0_PATTERN=(unclosed"}, []string{"FAILOVER_STOP_RULE_0_PATTERN", "does not compile"}},
+		{"pattern too long", []string{"FAILOVER_SUCCESS_RULE_0_PATTERN=" + longPattern}, []string{"FAILOVER_SUCCESS_RULE_0_PATTERN", "4097 bytes, the limit is 4096"}},
+		{"empty stop rule", []string{"FAILOVER_STOP_RULE_0_PATTERN="}, []string{"FAILOVER_STOP_RULE_0_PATTERN", "pattern is empty"}},
+		{"statuses on a success rule", []string{"FAILOVER_SUCCESS_RULE_0_STATUSES=500"}, []string{"FAILOVER_SUCCESS_RULE_0_STATUSES: unknown variable"}},
+		{"65 rules", rules(65), []string{"at most 64 FAILOVER_STOP_RULE_<i> groups"}},
+		{"bad url scheme", []string{"FAILOVER_TARGET_0_URL=ftp://files/v1"}, []string{"FAILOVER_TARGET_0_URL", "http:// or https://"}},
+		{"url with credentials", []string{"FAILOVER_TARGET_0_URL=https://user:hunter2@api.example.com/v1"}, []string{"FAILOVER_TARGET_0_URL", "must not carry credentials"}},
+		{"group without url", []string{"FAILOVER_TARGET_0_NAME=primary"}, []string{"FAILOVER_TARGET_0_URL: required"}},
+		{"no targets", []string{}, []string{"no target is configured"}},
+		{"bad auth", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_AUTH=basic"}, []string{"FAILOVER_TARGET_0_AUTH=\"basic\"", "bearer, x-api-key, api-key, none"}},
+		{"key and key file", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_API_KEY=sk-x", "FAILOVER_TARGET_0_API_KEY_FILE=/nope"}, []string{"set one, not both"}},
+		{"missing key file", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_API_KEY_FILE=/does/not/exist"}, []string{"FAILOVER_TARGET_0_API_KEY_FILE=\"/does/not/exist\": cannot read the key file"}},
+		{"auth none with a key", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_AUTH=none", "FAILOVER_TARGET_0_API_KEY=sk-x"}, []string{"AUTH=none with a key set"}},
+		{"bad headers", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_HEADERS=Host=evil;X-Ok=1"}, []string{"FAILOVER_TARGET_0_HEADERS=<redacted>", "header Host is set by the sidecar"}},
+		{"bad models", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_MODELS=gpt-*-mini"}, []string{"FAILOVER_TARGET_0_MODELS", "only allowed at the end"}},
+		{"bad paths", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_PATHS=chat"}, []string{"FAILOVER_TARGET_0_PATHS", "starts with /v1/"}},
+		{"duplicate names", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_NAME=x", "FAILOVER_TARGET_1_URL=http://b/v1", "FAILOVER_TARGET_1_NAME=x"}, []string{"FAILOVER_TARGET_1_NAME=\"x\": the name is already used"}},
+		{"bad strategy", []string{"FAILOVER_STRATEGY=random"}, []string{"FAILOVER_STRATEGY=\"random\"", "failover, round-robin, sticky, least-latency"}},
+		{"bad log level", []string{"FAILOVER_LOG_LEVEL=verbose"}, []string{"FAILOVER_LOG_LEVEL=\"verbose\""}},
+		{"bad listen", []string{"FAILOVER_LISTEN=4000"}, []string{"FAILOVER_LISTEN=\"4000\": must be host:port"}},
+		{"negative values", []string{"FAILOVER_MAX_INFLIGHT=-1", "FAILOVER_IDLE_TIMEOUT=-1s", "FAILOVER_EJECT_AFTER=-2"}, []string{"FAILOVER_MAX_INFLIGHT", "FAILOVER_IDLE_TIMEOUT", "FAILOVER_EJECT_AFTER"}},
+		{"backoff max below base", []string{"FAILOVER_BACKOFF_BASE=2s", "FAILOVER_BACKOFF_MAX=1s"}, []string{"FAILOVER_BACKOFF_MAX"}},
+		{"zero weights for round-robin", []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_WEIGHT=0"}, []string{"every weight is 0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(tc.env, true)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a ConfigError", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	t.Run("all problems at once", func(t *testing.T) {
+		_, err := Load([]string{"FAILOVER_CONNECT_TIMEOUT=5", "FAILOVER_STRATEGY=random", "FAILOVER_TARGET_0_URL=ftp://x", "FAILOVER_TARGET_1_URL=http://b/v1",
+			"FAILOVER_TARGET_1_WEIGHT=heavy", "FAILOVER_TYPO=1"}, true)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || len(ce.Problems) != 5 {
+			t.Fatalf("want 5 problems, got %v", err)
+		}
+	})
+}
+
+func rules(n int) []string {
+	var env []string
+	for i := 0; i < n; i++ {
+		env = append(env, "FAILOVER_STOP_RULE_"+strconv.Itoa(i)+"_STATUSES=400")
+	}
+	return append(env, "FAILOVER_TARGET_0_URL=http://a/v1")
+}
+
+func TestNoSecretInErrorsOrDescribe(t *testing.T) {
+	secrets := []string{"sk-live-SECRET1", "tok-SECRET2", "Bearer SECRET3", "hunter2"}
+	env := []string{
+		"FAILOVER_TARGET_0_URL=https://api.example.com/v1?key=SECRET-IN-QUERY&api-version=2024-10-21",
+		"FAILOVER_TARGET_0_API_KEY=sk-live-SECRET1",
+		"FAILOVER_INBOUND_TOKEN= tok-SECRET2",
+		"FAILOVER_TARGET_0_HEADERS=Authorization=Bearer SECRET3;Host=x",
+		"FAILOVER_TARGET_1_URL=https://u:hunter2@api.example.com/v1",
+		"FAILOVER_TARGET_0_AUTH=none",
+	}
+	_, err := Load(env, true)
+	if err == nil {
+		t.Fatal("expected errors")
+	}
+	for _, s := range append(secrets, "SECRET-IN-QUERY") {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("error message contains secret %q:\n%v", s, err)
+		}
+	}
+	c, err := Load([]string{
+		"FAILOVER_TARGET_0_URL=https://api.example.com/v1?key=SECRET-IN-QUERY&api-version=2024-10-21",
+		"FAILOVER_TARGET_0_API_KEY=sk-live-SECRET1",
+		"FAILOVER_INBOUND_TOKEN=tok-SECRET2",
+		"FAILOVER_TARGET_0_HEADERS=X-Custom=Bearer SECRET3",
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Describe()
+	for _, s := range append(secrets, "SECRET-IN-QUERY") {
+		if strings.Contains(d, s) {
+			t.Errorf("Describe shows secret %q:\n%s", s, d)
+		}
+	}
+	if !strings.Contains(d, "api-version=2024-10-21") || !strings.Contains(d, "headers: X-Custom (values hidden)") {
+		t.Errorf("Describe lost useful detail:\n%s", d)
+	}
+}
+
+func TestSecretVariables(t *testing.T) {
+	got := SecretVariables([]string{"FAILOVER_TARGET_0_API_KEY=x", "FAILOVER_INBOUND_TOKEN=y", "FAILOVER_TARGET_3_HEADERS=a=b", "FAILOVER_LISTEN=z", "HOME=/"})
+	if strings.Join(got, ",") != "FAILOVER_TARGET_0_API_KEY,FAILOVER_INBOUND_TOKEN,FAILOVER_TARGET_3_HEADERS" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestSize(t *testing.T) {
+	for in, want := range map[string]Size{"0": 0, "131072": 131072, "128KiB": 128 << 10, "32MiB": 32 << 20, "1GiB": 1 << 30, " 4 KiB ": 4 << 10} {
+		var s Size
+		if err := s.UnmarshalText([]byte(in)); err != nil || s != want {
+			t.Errorf("%q: got %d, %v", in, s, err)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1.5MiB", "12KB", "MiB", "99999999999999999999"} {
+		var s Size
+		if err := s.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,454 @@
+// Package drill plays the sidecar's failure drills (SPEC section 9): the real proxy code path,
+// in-process, with the effective policy from the environment, against simulated upstreams on
+// loopback. It prints what the policy did in each scenario and checks the invariants that hold
+// under any policy. It needs no keys and no network.
+package drill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy"
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+// scenario is one drill: what each simulated target does, and what the client sends.
+type scenario struct {
+	name string
+	// script returns the steps of the target at position i of n.
+	script func(i, n int) []pt.Step
+	path   string
+	body   string
+	stream bool
+	// cancelAfter, when set, makes the client go away after this long.
+	cancelAfter time.Duration
+	// check is a scenario-specific invariant; "" when it holds.
+	check func(r *result) string
+	// successRule is a rule the drill adds when the environment configures none.
+	successRule string
+}
+
+// result is what happened in one scenario.
+type result struct {
+	sc       *scenario
+	status   int
+	body     []byte
+	bodyErr  error
+	clientOK bool
+	record   map[string]any
+	calls    []int // per target
+	callsAt  []time.Time
+	names    []string
+	note     string
+	problems []string
+}
+
+const (
+	chatPath   = "/chat/completions"
+	chatBody   = `{"model":"drill-model","messages":[{"role":"user","content":"drill"}]}`
+	streamBody = `{"model":"drill-model","stream":true,"messages":[{"role":"user","content":"drill"}]}`
+)
+
+func chatOK(who string) pt.Step { return pt.JSON(200, pt.ChatCompletion("answer from "+who)) }
+
+func streamOK(who string) pt.Step {
+	return pt.SSE(pt.ChatStream(5*time.Millisecond, "answer ", "from ", who)...)
+}
+
+func scenarios() []*scenario {
+	rest := func(i int, ok pt.Step) []pt.Step { return []pt.Step{ok} }
+	return []*scenario{
+		{name: "primary down before headers", path: chatPath, body: chatBody,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{{Fault: pt.FaultReset}}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
+		{name: "429 with Retry-After: 1", path: chatPath, body: chatBody,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(429, pt.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded"), "Retry-After: 1"), chatOK("0")}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
+		{name: "503 then success", path: chatPath, body: chatBody,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", "")), chatOK("0")}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
+		{name: "in-stream error before content", path: chatPath, body: streamBody, stream: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("The server had an error", "server_error", "server_error"))...)}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				if r.status == 200 && bytes.Contains(r.body, []byte(`"role":"assistant"`)) && r.calls[0] > 0 && len(r.calls) > 1 && r.calls[1] > 0 &&
+					bytes.Count(r.body, []byte(`"role":"assistant"`)) != 1 {
+					return "the client saw opening events from more than one target"
+				}
+				if bytes.Contains(r.body, []byte("The server had an error")) && r.status == 200 && len(r.calls) > 1 && r.calls[1] > 0 {
+					return "the client saw the first target's error and the second target's answer"
+				}
+				return ""
+			}},
+		{name: "error after visible output", path: chatPath, body: streamBody, stream: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					s := pt.SSE(pt.Events(5*time.Millisecond, pt.ChatRole, pt.ChatDelta("partial "), pt.ChatDelta("answer"))...)
+					s.Fault = pt.FaultTruncate
+					return []pt.Step{s}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				for i := 1; i < len(r.calls); i++ {
+					if r.calls[i] > 0 {
+						return "a target was called after output reached the client (replay after commit)"
+					}
+				}
+				if !bytes.Contains(r.body, []byte("partial ")) {
+					return "the client did not get the output that was produced"
+				}
+				if r.bodyErr == nil && !bytes.Contains(r.body, []byte("stream_interrupted")) {
+					return "the client saw a clean end of an interrupted stream"
+				}
+				return ""
+			}},
+		{name: "invalid request (400)", path: chatPath, body: chatBody,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(400, pt.OpenAIError("Invalid 'messages': empty array.", "invalid_request_error", "invalid_value"))}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
+		{name: "success rule on a 200", path: chatPath, body: chatBody, successRule: `"finish_reason":\s*"content_filter"`,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(200, `{"id":"chatcmpl-drill","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}`)}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
+		{name: "empty stream", path: chatPath, body: streamBody, stream: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.SSE(pt.Events(0, pt.ChatRole, pt.Done)...)}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			}},
+		{name: "every target failing", path: chatPath, body: chatBody,
+			script: func(i, n int) []pt.Step {
+				return []pt.Step{pt.JSON(503, pt.OpenAIError(fmt.Sprintf("target %d is down", i), "server_error", ""))}
+			},
+			check: func(r *result) string {
+				if r.status < 500 {
+					return fmt.Sprintf("every target failed but the client got %d", r.status)
+				}
+				return ""
+			}},
+		{name: "client cancels", path: chatPath, body: chatBody, cancelAfter: 300 * time.Millisecond,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{{Fault: pt.FaultStall}}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				total := 0
+				for _, c := range r.calls {
+					total += c
+				}
+				if total != 1 {
+					return fmt.Sprintf("%d upstream calls after the client left, want none", total-1)
+				}
+				return ""
+			}},
+	}
+}
+
+// Run plays every drill with cfg's policy and prints the table to w. It returns the exit
+// code: 0 when every invariant held, 1 otherwise.
+func Run(cfg *proxy.Config, w io.Writer) int {
+	n := len(cfg.Targets)
+	names := make([]string, 0, max(n, 3))
+	for _, t := range cfg.Targets {
+		names = append(names, t.Name)
+	}
+	if n == 0 {
+		names = []string{"primary", "secondary", "tertiary"}
+	}
+	fmt.Fprintf(w, "failover drill: %d simulated target(s) on loopback (%s), strategy %s, retries %d, max attempts %d\n\n",
+		len(names), strings.Join(names, ", "), cfg.Server.Strategy, cfg.Budget.SameTargetRetries, cfg.Budget.MaxAttempts)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tWHAT THE POLICY DID\tATTEMPTS\tSTATUS\tSERVED BY")
+	var failures []string
+	start := time.Now()
+	for i, sc := range scenarios() {
+		r := play(cfg, names, sc, i+1)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.name+r.note, r.describe(), field(r.record, "attempts"), r.statusText(), field(r.record, "target"))
+		for _, p := range r.problems {
+			failures = append(failures, sc.name+": "+p)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ninvariants (%s)\n", time.Since(start).Round(time.Millisecond))
+	for _, inv := range []string{"no replay after commit", "no attempt after the client left", "budgets respected", "one final answer per request", "ledger complete"} {
+		state := "ok  "
+		for _, f := range failures {
+			if strings.Contains(f, "["+inv+"]") {
+				state = "FAIL"
+			}
+		}
+		fmt.Fprintf(w, "  %s %s\n", state, inv)
+	}
+	if len(failures) > 0 {
+		fmt.Fprintln(w, "\nfailures:")
+		for _, f := range failures {
+			fmt.Fprintln(w, "  - "+f)
+		}
+		return 1
+	}
+	return 0
+}
+
+// play runs one scenario against a fresh sidecar and fresh simulated targets.
+func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
+	r := &result{sc: sc, names: names, calls: make([]int, len(names))}
+	ups := make([]*pt.Upstream, len(names))
+	for i := range names {
+		u, err := pt.New(sc.script(i, len(names))...)
+		if err != nil {
+			r.problems = append(r.problems, "[one final answer per request] cannot start a simulated target: "+err.Error())
+			return r
+		}
+		ups[i] = u
+		defer u.Close()
+	}
+	cfg := *base
+	cfg.Targets = make([]proxy.TargetConfig, len(names))
+	for i, name := range names {
+		t := proxy.TargetConfig{URL: ups[i].URL, Name: name, Auth: "bearer", Weight: 1, Retries: base.Budget.SameTargetRetries}
+		if i < len(base.Targets) {
+			t.Weight, t.Retries = base.Targets[i].Weight, base.Targets[i].Retries
+		}
+		cfg.Targets[i] = t
+	}
+	if sc.successRule != "" && len(cfg.SuccessRules) == 0 {
+		cfg.SuccessRules = []classify.Rule{{Pattern: regexp.MustCompile(sc.successRule)}}
+		r.note = " (drill rule)"
+	}
+	var logBuf syncBuffer
+	srv, err := proxy.New(&cfg, proxy.Options{Logger: slog.New(slog.NewJSONHandler(&logBuf, nil))})
+	if err != nil {
+		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
+		return r
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
+		return r
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+
+	id := fmt.Sprintf("drill-%d", num)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/v1"+sc.path, strings.NewReader(sc.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	if sc.cancelAfter > 0 {
+		time.AfterFunc(sc.cancelAfter, cancel)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}, Timeout: 60 * time.Second}
+	resp, err := client.Do(req)
+	if err == nil {
+		r.status, r.clientOK = resp.StatusCode, true
+		r.body, r.bodyErr = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	} else if sc.cancelAfter == 0 {
+		r.problems = append(r.problems, "[one final answer per request] the client got no answer: "+err.Error())
+	}
+	if sc.cancelAfter > 0 {
+		time.Sleep(time.Second) // anything the sidecar would still try happens in here
+	}
+	r.record = waitRecord(&logBuf, id)
+	for i, u := range ups {
+		r.calls[i] = u.Calls()
+	}
+	r.checkInvariants(base)
+	if sc.check != nil {
+		if p := sc.check(r); p != "" {
+			inv := "one final answer per request"
+			switch {
+			case strings.Contains(p, "replay") || strings.Contains(p, "more than one target") || strings.Contains(p, "and the second"):
+				inv = "no replay after commit"
+			case strings.Contains(p, "after the client left"):
+				inv = "no attempt after the client left"
+			}
+			r.problems = append(r.problems, "["+inv+"] "+p)
+		}
+	}
+	return r
+}
+
+// checkInvariants checks what holds under any policy.
+func (r *result) checkInvariants(cfg *proxy.Config) {
+	if r.record == nil {
+		r.problems = append(r.problems, "[ledger complete] no ledger record for the request")
+		return
+	}
+	ledger, _ := r.record["ledger"].([]any)
+	total := 0
+	for _, c := range r.calls {
+		total += c
+	}
+	if attempts, _ := r.record["attempts"].(float64); int(attempts) != total || len(ledger) != total {
+		r.problems = append(r.problems, fmt.Sprintf("[ledger complete] the ledger lists %d attempts, the targets saw %d calls", len(ledger), total))
+	}
+	transfers, committed := 0, false
+	perTarget := map[string]int{}
+	prev := ""
+	for _, e := range ledger {
+		m, _ := e.(map[string]any)
+		target, _ := m["target"].(string)
+		if committed {
+			r.problems = append(r.problems, "[no replay after commit] an attempt followed a committed one")
+		}
+		if m["phase"] == "committed" {
+			committed = true
+		}
+		if prev != "" && target != prev {
+			transfers++
+		}
+		if target == prev {
+			perTarget[target]++
+		}
+		prev = target
+	}
+	if cfg.Budget.MaxAttempts > 0 && transfers > cfg.Budget.MaxAttempts {
+		r.problems = append(r.problems, fmt.Sprintf("[budgets respected] %d transfers, FAILOVER_MAX_ATTEMPTS=%d", transfers, cfg.Budget.MaxAttempts))
+	}
+	if !cfg.Budget.Enabled && total > 1 {
+		r.problems = append(r.problems, fmt.Sprintf("[budgets respected] %d attempts with FAILOVER_ENABLED=false", total))
+	}
+	for i, name := range r.names {
+		limit := cfg.Budget.SameTargetRetries
+		if i < len(cfg.Targets) {
+			limit = cfg.Targets[i].Retries
+		}
+		if perTarget[name] > limit {
+			r.problems = append(r.problems, fmt.Sprintf("[budgets respected] %d retries on %s, its limit is %d", perTarget[name], name, limit))
+		}
+	}
+	if r.sc.cancelAfter > 0 && r.record["outcome"] != "cancelled" {
+		r.problems = append(r.problems, fmt.Sprintf("[no attempt after the client left] outcome %v, want cancelled", r.record["outcome"]))
+	}
+}
+
+// describe summarises the ledger: "primary reset→transfer, secondary 200→commit".
+func (r *result) describe() string {
+	if r.record == nil {
+		return "(no record)"
+	}
+	ledger, _ := r.record["ledger"].([]any)
+	var parts []string
+	for _, e := range ledger {
+		m, _ := e.(map[string]any)
+		what := fmt.Sprint(m["class"])
+		if st, ok := m["status"].(float64); ok {
+			what = fmt.Sprintf("%d", int(st))
+			c := fmt.Sprint(m["class"])
+			implied := c == "ok" || st >= 500 && c == "server_error" || st >= 400 && st < 500 && (c == "client_error" || c == "rate_limited")
+			if !implied {
+				what += " " + c
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, m["action"]))
+	}
+	out := strings.Join(parts, ", ")
+	if o := fmt.Sprint(r.record["outcome"]); o != "ok" && o != "ok_after_failover" {
+		out += " [" + o + "]"
+	}
+	return out
+}
+
+func (r *result) statusText() string {
+	switch {
+	case !r.clientOK:
+		return "(left)"
+	case r.bodyErr != nil:
+		return fmt.Sprintf("%d+error", r.status)
+	case bytes.Contains(r.body, []byte("stream_interrupted")):
+		return fmt.Sprintf("%d+error", r.status)
+	}
+	return fmt.Sprint(r.status)
+}
+
+func field(rec map[string]any, k string) string {
+	if rec == nil || rec[k] == nil {
+		return "-"
+	}
+	if f, ok := rec[k].(float64); ok {
+		return fmt.Sprint(int(f))
+	}
+	return fmt.Sprint(rec[k])
+}
+
+// waitRecord waits for the request's ledger record (a stream's is written when it ends).
+func waitRecord(log *syncBuffer, id string) map[string]any {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		sc := bufio.NewScanner(strings.NewReader(log.String()))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "request" && rec["request_id"] == id {
+				return rec
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

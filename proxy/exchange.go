@@ -1,0 +1,768 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
+)
+
+// exchange is one client request on its way through the attempt loop, with every buffer it
+// needs. Exchanges are pooled: a request allocates nothing of its own in the steady state.
+// It is owned by one handler call and, once a stream commits, by fasthttp's response writer
+// until pipe.CloseWithError releases it. Not safe for concurrent use.
+type exchange struct {
+	srv *Server
+	ctx *fasthttp.RequestCtx
+
+	// The request, read once.
+	path        []byte // normalised path (own copy: a stream outlives the handler)
+	family      stream.Family
+	fields      requestFields
+	model       []byte // requested model (own copy, for the log)
+	streaming   bool
+	head        bool
+	requestID   []byte
+	tokenHeader []byte // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
+	body        []byte // the client's body: valid while the handler runs
+	subBody     []byte // the body with a substituted model
+	uri         []byte
+
+	// The sweep.
+	eligible []int
+	cands    []int
+	sweep    budget.Sweep
+	budget   budget.Request
+	ledger   Ledger
+	attrs    []slog.Attr
+	cur      attempt
+	probe    bool // the current target was handed out as its probe
+
+	// The current attempt's upstream exchange.
+	upReq    fasthttp.Request
+	upResp   fasthttp.Response
+	conn     *upConn
+	respBody []byte
+	readBuf  []byte
+	gate     stream.Gate
+	reusable bool // the upstream response was read to its end and the connection may be pooled
+
+	// The answer.
+	start           time.Time
+	waited          time.Duration // time spent waiting on upstreams and backoffs, for the overhead figure
+	outcome         Outcome
+	status          int
+	servedBy        *Target
+	servedModel     []byte
+	duration        time.Duration
+	committedStream bool
+	pipe            pipe
+
+	clientFD int // the client's socket, -2 until looked up
+	gone     bool
+}
+
+// attempt is one try on one target.
+type attempt struct {
+	t     *Target
+	n     int // 1-based attempt number
+	start time.Time
+	sent  time.Time
+
+	phase         Phase
+	kind          classify.Kind
+	status        int
+	transport     classify.Transport
+	body          []byte
+	truncated     bool
+	sse           bool // commit pipes an SSE stream through the gate's tail
+	pipeRest      bool // commit pipes the rest of a body (image, oversize)
+	bodyErr       error
+	retryAfter    time.Duration
+	hasRetryAfter bool
+	commitReason  stream.CommitReason
+}
+
+var (
+	headerAuthorization = []byte("Authorization")
+	headerXAPIKey       = []byte("X-Api-Key")
+	headerRequestID     = []byte("X-Request-Id")
+	headerAttempt       = []byte("X-Failover-Attempt")
+	headerTarget        = []byte("X-Failover-Target")
+	headerAttempts      = []byte("X-Failover-Attempts")
+	headerModel         = []byte("X-Failover-Model")
+	headerAcceptEnc     = []byte("Accept-Encoding")
+	headerConnection    = []byte("Connection")
+	headerRetryAfter    = []byte("Retry-After")
+	headerRetryAfterMs  = []byte("Retry-After-Ms")
+	headerAccept        = []byte("Accept")
+	valueIdentity       = []byte("identity")
+	valueEventStream    = []byte("text/event-stream")
+	prefixFailover      = []byte("x-failover-")
+)
+
+// hopByHop are the headers that describe one connection, not the message (RFC 9110 section
+// 7.6.1): a proxy must not forward them. Tokens named in Connection are removed too.
+var hopByHop = [][]byte{
+	[]byte("Connection"), []byte("Proxy-Connection"), []byte("Keep-Alive"), []byte("Proxy-Authenticate"),
+	[]byte("Proxy-Authorization"), []byte("Te"), []byte("Trailer"), []byte("Transfer-Encoding"), []byte("Upgrade"),
+	[]byte("Expect"),
+}
+
+// clientCredentials are removed when the target sends its own key, so the provider never sees
+// the caller's.
+var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key")}
+
+func newExchange(s *Server) *exchange {
+	return &exchange{srv: s, readBuf: make([]byte, 16<<10), clientFD: -2}
+}
+
+// begin reads what the sidecar needs from the request.
+func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
+	ex.ctx = ctx
+	ex.start = time.Now()
+	ex.path = append(ex.path[:0], ctx.Path()...)
+	ex.family = familyOf(ex.path)
+	ex.head = ctx.IsHead()
+	ex.body = ctx.PostBody()
+	ex.fields = scanRequest(ex.body)
+	ex.model = append(ex.model[:0], ex.fields.model...)
+	ex.streaming = ex.fields.stream || bytes.Contains(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
+	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
+		ex.requestID = append(ex.requestID[:0], id...)
+	} else {
+		var b [16]byte
+		putUint64(b[:8], rand.Uint64())
+		putUint64(b[8:], rand.Uint64())
+		ex.requestID = hex.AppendEncode(ex.requestID[:0], b[:])
+	}
+	ex.ledger.reset()
+	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
+	ex.waited, ex.committedStream, ex.gone, ex.clientFD, ex.tokenHeader = 0, false, false, -2, nil
+	ex.conn = nil
+}
+
+func putUint64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// validRequestID accepts a client's X-Request-Id when it is short and printable.
+func validRequestID(id []byte) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// reject answers with a sidecar error before any attempt.
+func (ex *exchange) reject(status int, code, message string) {
+	ex.outcome, ex.status = OutcomeRejected, status
+	writeError(ex.ctx, ex.family, status, code, message)
+	ex.ctx.Response.Header.SetBytesKV(headerRequestID, ex.requestID)
+}
+
+// run is the attempt loop: candidates, attempts, verdicts (SPEC sections 4 and 5).
+func (ex *exchange) run() {
+	s := ex.srv
+	ex.selectCandidates()
+	if len(ex.cands) == 0 {
+		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
+		return
+	}
+	now := s.clock.Now()
+	s.retries.Request(now)
+	ex.budget.Reset(&s.cfg.Budget)
+	ex.sweep.Reset(len(ex.cands))
+	pos, probe, ok := ex.sweep.Next(now, ex.healthAt)
+	if !ok {
+		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
+		return
+	}
+	t := s.targets[ex.cands[pos]]
+	ex.probe = probe
+	for n := 1; ; n++ {
+		if s.abort.Load() {
+			ex.closeConn()
+			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
+			return
+		}
+		ex.budget.Begin(s.clock.Now(), t.Index)
+		a := &ex.cur
+		*a = attempt{t: t, n: n}
+		ex.do(a)
+		o := classify.Outcome{
+			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
+			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
+			RetriesLeft: ex.budget.RetryAllowed(t.retries), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			ClientGone: ex.gone,
+		}
+		v := s.policy.Decide(&o)
+		ex.applyHealth(a, v)
+		if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+			v = ex.limit(a, v)
+		}
+		ex.record(a, v)
+		switch v.Action {
+		case classify.ActionCommit:
+			ex.commit(a, ex.successOutcome())
+			return
+		case classify.ActionStop:
+			ex.answer(a, v, ex.stopOutcome(v))
+			return
+		case classify.ActionRetry:
+			ex.closeConn()
+			if !ex.sleep(v.Wait) {
+				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, OutcomeCancelled)
+				return
+			}
+			ex.probe = false
+			continue
+		}
+		// Transfer: the next candidate the sweep hands out, if any.
+		pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
+		if !ok {
+			ex.answer(a, v, OutcomeExhausted)
+			return
+		}
+		ex.closeConn()
+		t, ex.probe = s.targets[ex.cands[pos]], probe
+	}
+}
+
+// healthAt gives the sweep the health of the candidate at pos.
+func (ex *exchange) healthAt(pos int) *budget.Health { return ex.srv.targets[ex.cands[pos]].health }
+
+// selectCandidates lists the targets that serve this request: the strategy's first pick, then
+// the others in declared order.
+func (ex *exchange) selectCandidates() {
+	s := ex.srv
+	ex.eligible, ex.cands = ex.eligible[:0], ex.cands[:0]
+	for _, t := range s.targets {
+		if t.serves(ex.path, ex.fields.model) {
+			ex.eligible = append(ex.eligible, t.Index)
+		}
+	}
+	if len(ex.eligible) == 0 {
+		return
+	}
+	first := s.strategy.first(ex.eligible, ex)
+	ex.cands = append(ex.cands, ex.eligible[first])
+	for pos, i := range ex.eligible {
+		if pos != first {
+			ex.cands = append(ex.cands, i)
+		}
+	}
+}
+
+// limit measures the budgets for a verdict that wants a retry or a transfer and lets classify
+// apply them. It logs the budget events of SPEC section 8.
+func (ex *exchange) limit(a *attempt, v classify.Verdict) classify.Verdict {
+	s := ex.srv
+	b := &s.cfg.Budget
+	now := s.clock.Now()
+	if v.Action == classify.ActionRetry && v.Wait == 0 {
+		v.Wait = budget.Backoff(b.BackoffBase, b.BackoffMax, ex.budget.RetriesOnTarget(), nil)
+	}
+	al := classify.Allowance{
+		Enabled:       b.Enabled,
+		RetryFits:     ex.budget.ElapsedAllows(now, v.Wait),
+		TransferFits:  ex.budget.TransferAllowed(),
+		ElapsedOK:     ex.budget.ElapsedAllows(now, 0),
+		RetryBudgetOK: true,
+	}
+	limited := classify.Limit(v, al)
+	if limited.Action == classify.ActionRetry || limited.Action == classify.ActionTransfer {
+		if !s.retries.Withdraw(now) {
+			al.RetryBudgetOK = false
+			limited = classify.Limit(v, al)
+		}
+	}
+	switch limited.Reason {
+	case classify.ReasonTransferLimit, classify.ReasonElapsedLimit:
+		kind := budgetTransfers
+		if limited.Reason == classify.ReasonElapsedLimit {
+			kind = budgetElapsed
+		}
+		s.metrics.budgetExhausted[kind].Inc()
+		ex.event(slog.LevelWarn, "routing_transfer_limit_reached", a, slog.String("budget", budgetNames[kind]),
+			slog.Int("transfers", ex.budget.Transfers()), slog.Float64("elapsed_ms", float64(ex.budget.Elapsed(now).Microseconds())/1000))
+	case classify.ReasonRetryBudget:
+		s.metrics.budgetExhausted[budgetRetryBudget].Inc()
+		ex.event(slog.LevelWarn, "retry_budget_exhausted", a)
+	}
+	if limited.Action == classify.ActionTransfer && v.Transient && a.t.retries > 0 && !ex.budget.RetryAllowed(a.t.retries) {
+		s.metrics.budgetExhausted[budgetTargetRetry].Inc()
+		ex.event(slog.LevelInfo, "target_transfer_limit_reached", a, slog.Int("retries", ex.budget.RetriesOnTarget()))
+	}
+	return limited
+}
+
+// applyHealth executes the verdict's health effect on the target.
+func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
+	s, t := ex.srv, a.t
+	now := s.clock.Now()
+	switch v.Health {
+	case classify.HealthSuccess:
+		if t.health.Success(now) {
+			s.log.Info("target_restored", slog.String("target", t.Name), slog.String("request_id", string(ex.requestID)))
+		}
+	case classify.HealthFailure:
+		if ejected, d := t.health.Failure(now); ejected {
+			ex.ejected(a, d, "consecutive_failures")
+		}
+	case classify.HealthEject:
+		if d := t.health.Eject(now); d > 0 {
+			ex.ejected(a, d, v.Reason.String())
+		}
+	default:
+		if ex.probe {
+			t.health.Release()
+		}
+	}
+	ex.probe = false
+	if v.Cooldown > 0 {
+		t.health.Cooldown(now, v.Cooldown)
+		s.log.Info("target_cooldown", slog.String("target", t.Name), slog.Float64("seconds", v.Cooldown.Seconds()),
+			slog.String("request_id", string(ex.requestID)))
+	}
+}
+
+func (ex *exchange) ejected(a *attempt, d time.Duration, why string) {
+	a.t.metrics.ejections.Inc()
+	ex.srv.log.Warn("target_ejected", slog.String("target", a.t.Name), slog.String("reason", why),
+		slog.Float64("seconds", d.Seconds()), slog.String("request_id", string(ex.requestID)))
+}
+
+// record writes the attempt into the ledger and the metrics.
+func (ex *exchange) record(a *attempt, v classify.Verdict) {
+	s, t := ex.srv, a.t
+	d := time.Since(a.start)
+	phase := a.phase
+	if v.Action == classify.ActionCommit {
+		phase = PhaseCommitted
+	}
+	ex.ledger.add(attemptRecord{target: t.Name, status: a.status, class: v.Class, reason: v.Reason, phase: phase,
+		action: v.Action, duration: d, wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))})
+	t.metrics.attempt(v.Class, v.Action).Inc()
+	if v.Class == classify.ClassEmptyResponse {
+		t.metrics.empty.Inc()
+	}
+	if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+		switch {
+		case ex.streaming && a.kind == classify.KindTransport:
+			ex.event(slog.LevelInfo, "stream_transport_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))
+		case a.kind == classify.KindStreamError || a.kind == classify.KindStreamEmpty || a.kind == classify.KindStreamCommit:
+			ex.event(slog.LevelInfo, "stream_candidate_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))
+		}
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.LogAttrs(context.Background(), slog.LevelDebug, "attempt", slog.String("request_id", string(ex.requestID)),
+			slog.Int("attempt", a.n), slog.String("target", t.Name), slog.Int("status", a.status),
+			slog.String("class", v.Class.String()), slog.String("phase", phase.String()), slog.String("action", v.Action.String()),
+			slog.String("reason", v.Reason.String()), slog.Float64("duration_ms", float64(d.Microseconds())/1000))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// event logs a named event about the current attempt.
+func (ex *exchange) event(level slog.Level, msg string, a *attempt, extra ...slog.Attr) {
+	attrs := make([]slog.Attr, 0, 4+len(extra))
+	attrs = append(attrs, slog.String("request_id", string(ex.requestID)), slog.String("target", a.t.Name), slog.Int("attempt", a.n))
+	attrs = append(attrs, extra...)
+	ex.srv.log.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+func (ex *exchange) successOutcome() Outcome {
+	if ex.ledger.n > 1 {
+		return OutcomeOKAfterFailover
+	}
+	return OutcomeOK
+}
+
+func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
+	switch v.Reason {
+	case classify.ReasonCancelled:
+		return OutcomeCancelled
+	case classify.ReasonTransferLimit, classify.ReasonElapsedLimit, classify.ReasonRetryBudget:
+		return OutcomeBudgetExhausted
+	}
+	return OutcomeUpstreamError
+}
+
+// sleep waits d before a retry, watching the client; false when the client left (or the
+// sidecar is ending what remains at shutdown).
+func (ex *exchange) sleep(d time.Duration) bool {
+	start := time.Now()
+	defer func() { ex.waited += time.Since(start) }()
+	deadline := start.Add(d)
+	for {
+		if ex.clientGone() || ex.srv.abort.Load() {
+			return false
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		time.Sleep(min(left, pollInterval))
+	}
+}
+
+// clientGone reports whether the client closed its connection (checked on slow paths only:
+// while waiting on an upstream or a backoff).
+func (ex *exchange) clientGone() bool {
+	if ex.gone {
+		return true
+	}
+	if ex.clientFD == -2 {
+		ex.clientFD = socketOf(ex.ctx.Conn())
+	}
+	ex.gone = peerClosed(ex.clientFD)
+	return ex.gone
+}
+
+// waitData blocks until the upstream connection has an unread byte, the deadline passes
+// (errDeadline), or the client leaves (errClientGone); a zero deadline waits without limit.
+// Other read errors are left for the following read to report. On return the connection's
+// read deadline is the real one, so a read cannot be cut by a polling slice halfway through a
+// chunk header.
+func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
+	if c.br.Buffered() > 0 {
+		return nil
+	}
+	start := time.Now()
+	defer func() { ex.waited += time.Since(start) }()
+	for {
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return errDeadline
+		}
+		slice := now.Add(pollInterval)
+		if !deadline.IsZero() && deadline.Before(slice) {
+			slice = deadline
+		}
+		c.conn.SetReadDeadline(slice)
+		_, err := c.br.Peek(1)
+		if err == nil || !isTimeout(err) {
+			c.conn.SetReadDeadline(deadline)
+			return nil
+		}
+		if ex.clientGone() {
+			return errClientGone
+		}
+		if ex.srv.abort.Load() {
+			return errShutdown
+		}
+	}
+}
+
+// deadline returns now+d, or the zero time (no deadline) when d is 0.
+func deadlineAfter(t time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return t.Add(d)
+}
+
+// closeConn drops the current upstream connection, or pools it when its response was read
+// to the end.
+func (ex *exchange) closeConn() {
+	c := ex.conn
+	if c == nil {
+		return
+	}
+	ex.conn = nil
+	ex.upResp.CloseBodyStream() //nolint:errcheck // releasing the stream object
+	if ex.reusable {
+		ex.cur.t.pool.put(c, time.Now())
+		return
+	}
+	c.conn.Close()
+}
+
+// do performs one attempt up to its verdict: connect, send, read the headers, then hold the
+// body (non-streaming) or peek the stream until the gate decides.
+func (ex *exchange) do(a *attempt) {
+	s, t := ex.srv, a.t
+	cfg := &s.cfg.Server
+	a.start = time.Now()
+	ex.reusable = false
+	ex.buildRequest(a)
+	writeDeadline := deadlineAfter(a.start, cfg.AttemptTimeout)
+
+	var c *upConn
+	for tries := 0; ; tries++ {
+		var err error
+		if c, err = t.pool.get(a.start); err != nil {
+			ex.fail(a, err)
+			return
+		}
+		if err = writeRequest(c, &ex.upReq, writeDeadline); err != nil {
+			c.conn.Close()
+			if c.reused && tries == 0 {
+				continue // a pooled connection the far side had closed: once more, on a fresh one
+			}
+			ex.fail(a, err)
+			return
+		}
+		a.sent = time.Now()
+		headerDeadline := deadlineAfter(a.start, cfg.AttemptTimeout)
+		if ex.streaming {
+			headerDeadline = deadlineAfter(a.sent, cfg.FirstByteTimeout)
+		}
+		if err = ex.waitData(c, headerDeadline); err != nil {
+			c.conn.Close()
+			ex.fail(a, err)
+			return
+		}
+		if c.reused && tries == 0 {
+			if _, err := c.br.Peek(1); err != nil && !isTimeout(err) {
+				c.conn.Close()
+				continue // closed before answering: the request never reached a live server
+			}
+		}
+		break
+	}
+	ex.conn = c
+	resp := &ex.upResp
+	resp.Reset()
+	resp.StreamBody = true
+	resp.SkipBody = ex.head
+	if err := resp.Read(c.br); err != nil {
+		ex.fail(a, err)
+		return
+	}
+	a.phase = PhaseBeforeContent
+	a.status = resp.StatusCode()
+	ttfb := time.Since(a.sent)
+	t.metrics.firstByte.Update(ttfb.Seconds())
+	t.observeLatency(ttfb)
+	a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs), time.Now())
+
+	success := a.status >= 200 && a.status < 300
+	switch {
+	case ex.family == stream.Image && success:
+		// A generated image is never paid for twice: commit at headers.
+		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
+	case ex.streaming && success && bytes.HasPrefix(resp.Header.ContentType(), valueEventStream):
+		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout))
+	default:
+		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))
+	}
+}
+
+// fail records an attempt that lost its connection or waited too long.
+func (ex *exchange) fail(a *attempt, err error) {
+	if ex.conn != nil {
+		ex.conn.conn.Close()
+		ex.conn = nil
+	}
+	a.kind = classify.KindTransport
+	switch err {
+	case errClientGone:
+		ex.gone = true
+		a.transport = classify.TransportOther
+	case errShutdown:
+		a.transport = classify.TransportOther
+	default:
+		a.transport = transportOf(err)
+	}
+	a.t.observeLatency(time.Since(a.start))
+}
+
+// readBody holds a non-streaming response up to FAILOVER_MAX_RESPONSE_BYTES for the decision.
+// Past it, the response will commit and the rest is streamed through.
+func (ex *exchange) readBody(a *attempt, deadline time.Time) {
+	resp, c := &ex.upResp, ex.conn
+	a.kind = classify.KindResponse
+	body := resp.BodyStream()
+	b := ex.respBody[:0]
+	if body == nil {
+		a.body = b
+		ex.reusable = !resp.ConnectionClose()
+		return
+	}
+	limit := ex.srv.maxResponse
+	cl := resp.Header.ContentLength()
+	if cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
+		b = make([]byte, 0, cl)
+	}
+	for {
+		if cl >= 0 && len(b) >= cl {
+			ex.reusable = !resp.ConnectionClose()
+			break
+		}
+		if limit > 0 && len(b) > limit {
+			a.truncated, a.pipeRest = true, true
+			break
+		}
+		if len(b) == cap(b) {
+			b = slices.Grow(b, max(4096, len(b)))
+		}
+		if err := ex.waitData(c, deadline); err != nil {
+			ex.respBody = b
+			ex.fail(a, err)
+			return
+		}
+		end := cap(b)
+		if limit > 0 {
+			end = min(end, limit+1) // one byte past the limit tells that the body is larger
+		}
+		n, err := body.Read(b[len(b):end])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			ex.reusable = !resp.ConnectionClose() && cl != -2
+			break
+		}
+		if err != nil {
+			ex.respBody = b
+			ex.fail(a, err)
+			return
+		}
+	}
+	ex.respBody = b
+	a.body = b
+}
+
+// peek holds an SSE stream until the gate decides: commit, error, or empty (SPEC section 6).
+func (ex *exchange) peek(a *attempt, deadline time.Time) {
+	g, c := &ex.gate, ex.conn
+	g.Reset(ex.family, ex.srv.peek)
+	a.sse = true
+	if ex.srv.peek <= 0 {
+		g.Feed(nil)
+		a.kind, a.commitReason = classify.KindStreamCommit, stream.ReasonHeaders
+		return
+	}
+	body := ex.upResp.BodyStream()
+	if body == nil {
+		a.kind = classify.KindStreamEmpty
+		return
+	}
+	for {
+		if err := ex.waitData(c, deadline); err != nil {
+			ex.fail(a, err)
+			return
+		}
+		n, err := body.Read(ex.readBuf)
+		if n > 0 {
+			switch g.Feed(ex.readBuf[:n]) {
+			case stream.Commit:
+				a.kind, a.body, a.commitReason, a.bodyErr = classify.KindStreamCommit, g.Events(), g.Reason(), err
+				return
+			case stream.Error:
+				a.kind, a.body = classify.KindStreamError, g.ErrorData()
+				return
+			case stream.Empty:
+				a.kind = classify.KindStreamEmpty
+				return
+			}
+		}
+		if err == io.EOF {
+			if g.End() == stream.Error {
+				a.kind, a.body = classify.KindStreamError, g.ErrorData()
+			} else {
+				a.kind = classify.KindStreamEmpty
+			}
+			ex.reusable = !ex.upResp.ConnectionClose()
+			return
+		}
+		if err != nil {
+			ex.fail(a, err)
+			return
+		}
+	}
+}
+
+// buildRequest prepares the upstream request for attempt a (SPEC section 7).
+func (ex *exchange) buildRequest(a *attempt) {
+	t, ctx := a.t, ex.ctx
+	req := &ex.upReq
+	req.Reset()
+	h := &req.Header
+	ctx.Request.Header.CopyTo(h)
+	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.path, ctx.URI().QueryString())
+	h.SetRequestURIBytes(ex.uri)
+	h.SetHostBytes(t.host)
+	h.ResetConnectionClose()
+
+	// Tokens listed in Connection name more hop-by-hop headers.
+	if conn := ctx.Request.Header.PeekBytes(headerConnection); len(conn) > 0 {
+		for len(conn) > 0 {
+			var tok []byte
+			if i := bytes.IndexByte(conn, ','); i >= 0 {
+				tok, conn = conn[:i], conn[i+1:]
+			} else {
+				tok, conn = conn, nil
+			}
+			if tok = bytes.TrimSpace(tok); len(tok) > 0 {
+				h.DelBytes(tok)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.DelBytes(k)
+	}
+	ex.dropFailoverHeaders(h)
+	if ex.tokenHeader != nil {
+		h.DelBytes(ex.tokenHeader)
+	}
+	if t.ownKey {
+		for _, k := range clientCredentials {
+			h.DelBytes(k)
+		}
+		h.SetBytesKV(t.authName, t.authValue)
+	}
+	for _, kv := range t.headers {
+		h.SetBytesKV(kv[0], kv[1])
+	}
+	h.SetBytesKV(headerAcceptEnc, valueIdentity)
+	h.SetBytesKV(headerRequestID, ex.requestID)
+	var num [20]byte
+	h.SetBytesKV(headerAttempt, strconv.AppendInt(num[:0], int64(a.n), 10))
+
+	body := ex.body
+	if t.model != nil && ex.fields.modelStart >= 0 {
+		ex.subBody = appendSubstitutedBody(ex.subBody[:0], ex.body, &ex.fields, t.model)
+		body = ex.subBody
+	}
+	req.SetBodyRaw(body)
+}
+
+// dropFailoverHeaders removes client headers named X-Failover-*: they are the sidecar's own.
+func (ex *exchange) dropFailoverHeaders(h *fasthttp.RequestHeader) {
+	var found [8][]byte
+	n := 0
+	for k := range h.All() {
+		if len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover) && n < len(found) {
+			found[n] = k
+			n++
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		h.DelBytes(found[i])
+	}
+}

@@ -1,0 +1,310 @@
+package proxy_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+func TestPassthroughIsByteIdentical(t *testing.T) {
+	body := pt.ChatCompletion("Hello there")
+	up := upstream(t, pt.JSON(200, body, "X-Upstream-Trace: abc", "Openai-Processing-Ms: 12"))
+	s := start(t, targets(up.URL)...)
+	r := s.post("/chat/completions", chatBody)
+	if r.Status != 200 || string(r.Body) != body {
+		t.Fatalf("got %d %q", r.Status, r.Body)
+	}
+	if r.Header.Get("X-Upstream-Trace") != "abc" || r.Header.Get("Openai-Processing-Ms") != "12" {
+		t.Errorf("upstream headers not passed: %v", r.Header)
+	}
+	if r.Header.Get("X-Failover-Target") != "t0" || r.Header.Get("X-Failover-Attempts") != "1" || r.Header.Get("X-Request-Id") == "" {
+		t.Errorf("failover headers: %v", r.Header)
+	}
+	if r.Header.Get("X-Failover-Model") != "" {
+		t.Errorf("X-Failover-Model set without substitution")
+	}
+	got := up.Requests()[0]
+	if string(got.Body) != chatBody || got.Method != "POST" || got.URI != "/v1/chat/completions" {
+		t.Errorf("upstream got %s %s %q", got.Method, got.URI, got.Body)
+	}
+	if got.Header["Accept-Encoding"] != "identity" || got.Header["X-Failover-Attempt"] != "1" || got.Header["X-Request-Id"] != r.Header.Get("X-Request-Id") {
+		t.Errorf("upstream headers: %v", got.Header)
+	}
+}
+
+func TestTransferAndStop(t *testing.T) {
+	modelNotFound := pt.OpenAIError("The model `gpt-9` does not exist or you do not have access to it.", "invalid_request_error", "model_not_found")
+	badRequest := pt.OpenAIError("Invalid 'messages': empty array.", "invalid_request_error", "invalid_value")
+	tests := []struct {
+		name        string
+		first       pt.Step
+		firstURL    string // instead of the first upstream
+		extra       []string
+		wantStatus  int
+		wantBody    string
+		secondCalls int
+	}{
+		{name: "503 transfers", first: pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "429 transfers", first: pt.JSON(429, pt.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded")), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "400 stops and is returned unchanged", first: pt.JSON(400, badRequest, "X-Upstream: first"), wantStatus: 400, wantBody: badRequest, secondCalls: 0},
+		{name: "model not found 404 transfers", first: pt.JSON(404, modelNotFound), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "plain 404 stops", first: pt.JSON(404, pt.OpenAIError("Unknown endpoint", "invalid_request_error", "")), wantStatus: 404, wantBody: pt.OpenAIError("Unknown endpoint", "invalid_request_error", ""), secondCalls: 0},
+		{name: "refused port transfers", firstURL: pt.RefusedURL(), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "reset transfers", first: pt.Step{Fault: pt.FaultReset}, wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "custom statuses replace the default",
+			first: pt.JSON(500, pt.OpenAIError("boom", "server_error", "")), extra: []string{"FAILOVER_RETRY_ON_STATUSES=503"},
+			wantStatus: 500, wantBody: pt.OpenAIError("boom", "server_error", ""), secondCalls: 0},
+		{name: "custom status list keeps its own",
+			first: pt.JSON(503, pt.OpenAIError("busy", "server_error", "")), extra: []string{"FAILOVER_RETRY_ON_STATUSES=503"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "custom phrase with a status word matches that status",
+			first: pt.JSON(409, pt.OpenAIError("No capacity in region", "conflict", "")), extra: []string{"FAILOVER_RETRY_ON_ERRORS=409 capacity"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "custom phrase with a status word ignores other statuses",
+			first: pt.JSON(400, pt.OpenAIError("No capacity in region", "conflict", "")), extra: []string{"FAILOVER_RETRY_ON_ERRORS=409 capacity"},
+			wantStatus: 400, wantBody: pt.OpenAIError("No capacity in region", "conflict", ""), secondCalls: 0},
+		{name: "stop rule stops a 503",
+			first: pt.JSON(503, pt.OpenAIError("context_length_exceeded upstream", "server_error", "")), extra: []string{"FAILOVER_STOP_RULE_0_STATUSES=5xx", "FAILOVER_STOP_RULE_0_PATTERN=context_length"},
+			wantStatus: 503, wantBody: pt.OpenAIError("context_length_exceeded upstream", "server_error", ""), secondCalls: 0},
+		{name: "success rule transfers a 200",
+			first: pt.JSON(200, `{"choices":[{"message":{"content":""},"finish_reason":"content_filter"}]}`), extra: []string{"FAILOVER_SUCCESS_RULE_0_PATTERN=content_filter"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "200 with an empty body transfers", first: pt.JSON(200, ""), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "200 with an error object transfers", first: pt.JSON(200, `{"error":{"message":"upstream overloaded","code":503}}`), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "200 with no choices transfers", first: pt.JSON(200, `{"id":"x","object":"chat.completion","choices":[]}`), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "disabled failover returns the first answer", first: pt.JSON(503, pt.OpenAIError("busy", "server_error", "")), extra: []string{"FAILOVER_ENABLED=false"},
+			wantStatus: 503, wantBody: pt.OpenAIError("busy", "server_error", ""), secondCalls: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			first := upstream(t, tc.first)
+			second := upstream(t, pt.JSON(200, pt.ChatCompletion("second")))
+			url := first.URL
+			if tc.firstURL != "" {
+				url = tc.firstURL
+			}
+			s := start(t, env(targets(url, second.URL), tc.extra)...)
+			r := s.post("/chat/completions", chatBody)
+			if r.Status != tc.wantStatus || string(r.Body) != tc.wantBody {
+				t.Fatalf("got %d %s\nwant %d %s", r.Status, r.Body, tc.wantStatus, tc.wantBody)
+			}
+			if second.Calls() != tc.secondCalls {
+				t.Fatalf("second target called %d times, want %d", second.Calls(), tc.secondCalls)
+			}
+			wantAttempts := "1"
+			if tc.secondCalls == 1 {
+				wantAttempts = "2"
+			}
+			if r.Header.Get("X-Failover-Attempts") != wantAttempts {
+				t.Errorf("X-Failover-Attempts = %q, want %s", r.Header.Get("X-Failover-Attempts"), wantAttempts)
+			}
+			recs := s.ledger()
+			if len(recs) != 1 {
+				t.Fatalf("%d ledger records, want 1", len(recs))
+			}
+		})
+	}
+}
+
+func TestExhaustionReturnsTheLastError(t *testing.T) {
+	a := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
+	b := upstream(t, pt.JSON(502, `<html>bad gateway from b</html>`, "X-From: b"))
+	s := start(t, targets(a.URL, b.URL)...)
+	r := s.post("/chat/completions", chatBody)
+	if r.Status != 502 || string(r.Body) != `<html>bad gateway from b</html>` || r.Header.Get("X-From") != "b" {
+		t.Fatalf("got %d %q %v", r.Status, r.Body, r.Header)
+	}
+	if r.Header.Get("X-Failover-Attempts") != "2" || r.Header.Get("X-Failover-Target") != "t1" {
+		t.Errorf("headers %v", r.Header)
+	}
+	rec := s.ledger()[0]
+	if rec["outcome"] != "exhausted" || rec["status"].(float64) != 502 {
+		t.Errorf("ledger %v", rec)
+	}
+}
+
+func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
+	s := start(t, targets(pt.RefusedURL(), pt.RefusedURL())...)
+	r := s.post("/chat/completions", chatBody)
+	var doc struct {
+		Error struct{ Type, Code, Message string }
+	}
+	if r.Status != 502 || json.Unmarshal(r.Body, &doc) != nil || doc.Error.Code != "upstream_unreachable" || doc.Error.Type != "failover_error" {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	r = s.post("/messages", `{"model":"claude","max_tokens":5,"messages":[]}`)
+	var anth struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	if r.Status != 502 || json.Unmarshal(r.Body, &anth) != nil || anth.Type != "error" || anth.Error.Type != "api_error" {
+		t.Fatalf("messages: got %d %s", r.Status, r.Body)
+	}
+}
+
+func TestMaxAttemptsCountsTransfers(t *testing.T) {
+	var ups []string
+	var all []*pt.Upstream
+	for range 3 {
+		u := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
+		all = append(all, u)
+		ups = append(ups, u.URL)
+	}
+	s := start(t, env(targets(ups...), []string{"FAILOVER_MAX_ATTEMPTS=1"})...)
+	r := s.post("/chat/completions", chatBody)
+	calls := all[0].Calls() + all[1].Calls() + all[2].Calls()
+	if calls != 2 || all[2].Calls() != 0 {
+		t.Fatalf("%d upstream calls (%d,%d,%d), want 2", calls, all[0].Calls(), all[1].Calls(), all[2].Calls())
+	}
+	if r.Status != 503 {
+		t.Fatalf("status %d", r.Status)
+	}
+	if rec := s.ledger()[0]; rec["outcome"] != "budget_exhausted" {
+		t.Errorf("outcome %v", rec["outcome"])
+	}
+	if len(s.events("routing_transfer_limit_reached")) != 1 {
+		t.Errorf("no routing_transfer_limit_reached event")
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	t.Run("the upstream receives the target's key and never the client's", func(t *testing.T) {
+		up := upstream(t)
+		anth := upstream(t)
+		s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-target-secret",
+			"FAILOVER_TARGET_1_URL=" + anth.URL, "FAILOVER_TARGET_1_AUTH=x-api-key", "FAILOVER_TARGET_1_API_KEY=anthropic-secret",
+			"FAILOVER_TARGET_1_HEADERS=anthropic-version=2023-06-01", "FAILOVER_TARGET_1_PATHS=/v1/messages",
+			"FAILOVER_TARGET_0_PATHS=/v1/chat"})...)
+		s.post("/chat/completions", chatBody, "Authorization: Bearer client-key", "X-Api-Key: client-key-2")
+		got := up.Requests()[0].Header
+		if got["Authorization"] != "Bearer sk-target-secret" || got["X-Api-Key"] != "" {
+			t.Fatalf("upstream headers %v", got)
+		}
+		s.post("/messages", `{"model":"claude","messages":[]}`, "X-Api-Key: client-key")
+		got = anth.Requests()[0].Header
+		if got["X-Api-Key"] != "anthropic-secret" || got["Authorization"] != "" || got["Anthropic-Version"] != "2023-06-01" {
+			t.Fatalf("anthropic headers %v", got)
+		}
+		if strings.Contains(s.log.String(), "secret") || strings.Contains(s.log.String(), "client-key") {
+			t.Fatalf("a key reached the log:\n%s", s.log.String())
+		}
+	})
+	t.Run("without a key the client's credentials are forwarded", func(t *testing.T) {
+		up := upstream(t)
+		s := start(t, targets(up.URL)...)
+		s.post("/chat/completions", chatBody, "Authorization: Bearer client-own-key")
+		if got := up.Requests()[0].Header["Authorization"]; got != "Bearer client-own-key" {
+			t.Fatalf("Authorization %q", got)
+		}
+	})
+	t.Run("the inbound token is checked and never forwarded", func(t *testing.T) {
+		up := upstream(t)
+		s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=local-token"})...)
+		if r := s.post("/chat/completions", chatBody); r.Status != 401 {
+			t.Fatalf("no token: %d", r.Status)
+		}
+		if r := s.post("/chat/completions", chatBody, "Authorization: Bearer wrong"); r.Status != 401 {
+			t.Fatalf("wrong token: %d", r.Status)
+		}
+		r := s.post("/chat/completions", chatBody, "X-Api-Key: local-token", "Authorization: Bearer provider-key")
+		if r.Status != 200 || up.Calls() != 1 {
+			t.Fatalf("with token: %d", r.Status)
+		}
+		h := up.Requests()[0].Header
+		if h["X-Api-Key"] != "" || h["Authorization"] != "Bearer provider-key" {
+			t.Fatalf("upstream headers %v", h)
+		}
+	})
+	t.Run("401 with the target's own key ejects and transfers", func(t *testing.T) {
+		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
+		good := upstream(t)
+		s := start(t, env(targets(bad.URL, good.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-revoked", "FAILOVER_TARGET_1_API_KEY=sk-good"})...)
+		if r := s.post("/chat/completions", chatBody); r.Status != 200 {
+			t.Fatalf("status %d", r.Status)
+		}
+		s.post("/chat/completions", chatBody)
+		if bad.Calls() != 1 || good.Calls() != 2 {
+			t.Fatalf("calls bad=%d good=%d: an ejected target must be skipped", bad.Calls(), good.Calls())
+		}
+		if len(s.events("target_ejected")) != 1 {
+			t.Errorf("target_ejected events: %d", len(s.events("target_ejected")))
+		}
+	})
+	t.Run("401 with the client's credentials is the caller's", func(t *testing.T) {
+		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
+		good := upstream(t)
+		s := start(t, targets(bad.URL, good.URL)...)
+		if r := s.post("/chat/completions", chatBody); r.Status != 401 || good.Calls() != 0 {
+			t.Fatalf("status %d, second called %d", r.Status, good.Calls())
+		}
+	})
+}
+
+func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
+	a := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODEL=claude-sonnet-4"})...)
+	body := "{ \"messages\" : [{\"role\":\"user\",\"content\":\"model \\\"x\\\"\"}],\n  \"model\":  \"gpt-4o\" , \"temperature\":0.20, \"extra\":{\"model\":\"nested\"}}"
+	r := s.post("/chat/completions", body)
+	if r.Status != 200 || r.Header.Get("X-Failover-Model") != "claude-sonnet-4" {
+		t.Fatalf("status %d, X-Failover-Model %q", r.Status, r.Header.Get("X-Failover-Model"))
+	}
+	want := strings.Replace(body, `"gpt-4o"`, `"claude-sonnet-4"`, 1)
+	if got := string(b.Requests()[0].Body); got != want {
+		t.Fatalf("substituted body:\n%s\nwant\n%s", got, want)
+	}
+	if got := string(a.Requests()[0].Body); got != body {
+		t.Fatalf("first target got a changed body: %s", got)
+	}
+	rec := s.ledger()[0]
+	if rec["model"] != "gpt-4o" || rec["served_model"] != "claude-sonnet-4" {
+		t.Errorf("ledger %v", rec)
+	}
+}
+
+func TestLargeBodyIsReplayedIdentical(t *testing.T) {
+	a := upstream(t, pt.JSON(503, "busy"))
+	b := upstream(t)
+	s := start(t, targets(a.URL, b.URL)...)
+	filler := make([]byte, 1<<20)
+	rand.Read(filler)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 16) + `"}],"blob":"` +
+		string(bytes.Map(func(r rune) rune { return 'a' + r%26 }, filler)) + `"}`
+	r := s.post("/chat/completions", body)
+	if r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+	if !bytes.Equal(a.Requests()[0].Body, []byte(body)) || !bytes.Equal(b.Requests()[0].Body, []byte(body)) {
+		t.Fatal("a 1 MiB body was not replayed byte for byte")
+	}
+}
+
+func TestMultipartPassesUntouched(t *testing.T) {
+	a := upstream(t, pt.JSON(503, "busy"))
+	b := upstream(t, pt.JSON(200, `{"text":"hello"}`))
+	s := start(t, targets(a.URL, b.URL)...)
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	w.WriteField("model", "whisper-1")
+	fw, _ := w.CreateFormFile("file", "audio.wav")
+	audio := make([]byte, 64<<10)
+	rand.Read(audio)
+	fw.Write(audio)
+	w.Close()
+	req, _ := http.NewRequest("POST", s.URL+"/audio/transcriptions", bytes.NewReader(buf.Bytes()))
+	req.Header.Set("Content-Type", w.FormDataContentType())
+	r := s.do(req)
+	if r.Status != 200 || string(r.Body) != `{"text":"hello"}` {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	got := b.Requests()[0]
+	if !bytes.Equal(got.Body, buf.Bytes()) || got.Header["Content-Type"] != w.FormDataContentType() {
+		t.Fatal("multipart body or content type changed")
+	}
+}

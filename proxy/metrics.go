@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
+)
+
+// Outcome is how a request ended, for failover_requests_total and the ledger.
+type Outcome uint8
+
+const (
+	OutcomeOK              Outcome = iota // answered by the first attempt
+	OutcomeOKAfterFailover                // answered after a retry or a transfer
+	OutcomeUpstreamError                  // an upstream error went back (a stop: 400, a stop rule, ...)
+	OutcomeExhausted                      // every candidate failed; the last error went back
+	OutcomeBudgetExhausted                // a budget stopped the sweep; the last error went back
+	OutcomeCancelled                      // the client went away
+	OutcomePartial                        // committed, then failed: the client saw an error after output
+	OutcomeRejected                       // refused by the sidecar itself (load shedding, auth, size, no target)
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "ok_after_failover", "upstream_error", "exhausted", "budget_exhausted", "cancelled", "partial", "rejected"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Families in label order; stream.Family values index them.
+const numFamilies = 5
+
+var familyNames = [numFamilies]string{
+	stream.Chat.String(), stream.Responses.String(), stream.Messages.String(), stream.Image.String(), stream.Other.String(),
+}
+
+// Budgets that can stop a sweep, for failover_budget_exhausted_total.
+type budgetKind uint8
+
+const (
+	budgetTransfers   budgetKind = iota // FAILOVER_MAX_ATTEMPTS
+	budgetElapsed                       // FAILOVER_MAX_ELAPSED
+	budgetRetryBudget                   // FAILOVER_RETRY_BUDGET_*
+	budgetTargetRetry                   // a target's own retries used up (the sweep moves on)
+	numBudgets
+)
+
+var budgetNames = [numBudgets]string{"max_attempts", "max_elapsed", "retry_budget", "target_retries"}
+
+const numCommitReasons = 3
+
+// latencyBuckets suit LLM calls: milliseconds for a cached or tiny answer, minutes for a long
+// generation.
+var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
+
+// overheadBuckets suit the sidecar's own time: microseconds to tens of milliseconds.
+var overheadBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5}
+
+// serverMetrics is the metric catalogue of SPEC section 8, created when the server starts so
+// that recording allocates nothing. Safe for concurrent use.
+type serverMetrics struct {
+	set             *metrics.Set
+	requests        [numFamilies][numOutcomes]*metrics.Counter
+	duration        [numFamilies]*metrics.PrometheusHistogram
+	overhead        *metrics.PrometheusHistogram
+	inflight        atomic.Int64
+	streamCommits   [numCommitReasons]*metrics.Counter
+	budgetExhausted [numBudgets]*metrics.Counter
+}
+
+// targetMetrics are one target's series. The attempts counters are created on first use of
+// each class/action pair (then cached), so /metrics lists only pairs that happened.
+type targetMetrics struct {
+	set        *metrics.Set
+	name       string
+	mu         sync.Mutex
+	attempts   [classify.NumClasses][classify.NumActions]atomic.Pointer[metrics.Counter]
+	firstByte  *metrics.PrometheusHistogram
+	ejections  *metrics.Counter
+	empty      *metrics.Counter
+	upstreamNS atomic.Int64 // time spent waiting on this target, for the overhead figure
+}
+
+func newServerMetrics(targets []*Target) *serverMetrics {
+	m := &serverMetrics{set: metrics.NewSet()}
+	for f := range numFamilies {
+		for o := range numOutcomes {
+			m.requests[f][o] = m.set.NewCounter(fmt.Sprintf(`failover_requests_total{family=%q,outcome=%q}`, familyNames[f], outcomeNames[o]))
+		}
+		m.duration[f] = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_request_duration_seconds{family=%q}`, familyNames[f]), latencyBuckets)
+	}
+	m.overhead = m.set.NewPrometheusHistogramExt(`failover_overhead_seconds`, overheadBuckets)
+	m.set.NewGauge(`failover_inflight_requests`, func() float64 { return float64(m.inflight.Load()) })
+	for r := range numCommitReasons {
+		m.streamCommits[r] = m.set.NewCounter(fmt.Sprintf(`failover_stream_commits_total{reason=%q}`, stream.CommitReason(r).String()))
+	}
+	for b := range numBudgets {
+		m.budgetExhausted[b] = m.set.NewCounter(fmt.Sprintf(`failover_budget_exhausted_total{budget=%q}`, budgetNames[b]))
+	}
+	for _, t := range targets {
+		tm := &targetMetrics{set: m.set, name: t.Name}
+		tm.firstByte = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_upstream_first_byte_seconds{target=%q}`, t.Name), latencyBuckets)
+		tm.ejections = m.set.NewCounter(fmt.Sprintf(`failover_target_ejections_total{target=%q}`, t.Name))
+		tm.empty = m.set.NewCounter(fmt.Sprintf(`failover_empty_responses_total{target=%q}`, t.Name))
+		h := t.health
+		m.set.NewGauge(fmt.Sprintf(`failover_target_up{target=%q}`, t.Name), func() float64 {
+			if h.Ejected(time.Now()) {
+				return 0
+			}
+			return 1
+		})
+		tm.attempt(classify.ClassNone, classify.ActionCommit) // the common pair, created up front
+		t.metrics = tm
+	}
+	return m
+}
+
+// attempt returns the counter for one attempt class and action.
+func (tm *targetMetrics) attempt(c classify.Class, a classify.Action) *metrics.Counter {
+	if p := tm.attempts[c][a].Load(); p != nil {
+		return p
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if p := tm.attempts[c][a].Load(); p != nil {
+		return p
+	}
+	p := tm.set.NewCounter(fmt.Sprintf(`failover_attempts_total{target=%q,class=%q,action=%q}`, tm.name, c.String(), a.String()))
+	tm.attempts[c][a].Store(p)
+	return p
+}
+
+// write renders every series and the Go and process metrics in Prometheus text format.
+func (m *serverMetrics) write(w io.Writer) {
+	m.set.WritePrometheus(w)
+	metrics.WriteProcessMetrics(w)
+}

@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/stream"
+)
+
+// Errors the sidecar writes itself (SPEC section 7) are shaped like the family's own errors,
+// so an SDK raises its usual exception with a useful message.
+//
+//	chat, responses, other: {"error":{"message":"...","type":"failover_error","code":"..."}}
+//	messages (Anthropic):   {"type":"error","error":{"type":"api_error","message":"..."}}
+
+// Sidecar error codes.
+const (
+	codeNoTarget        = "no_target"
+	codeUnreachable     = "upstream_unreachable"
+	codeTimeout         = "upstream_timeout"
+	codeTooLarge        = "request_too_large"
+	codeUnauthorized    = "unauthorized"
+	codeOverloaded      = "overloaded"
+	codeEmptyResponse   = "empty_response"
+	codeNoChoices       = "no_choices"
+	codeStreamError     = "upstream_stream_error"
+	codeInterrupted     = "stream_interrupted"
+	codeNotFound        = "not_found"
+	codeHeadersTooLarge = "headers_too_large"
+	codeShuttingDown    = "shutting_down"
+	codeBadRequest      = "bad_request"
+)
+
+// anthropicType names the Anthropic error type for a status.
+func anthropicType(status int) string {
+	switch status {
+	case 400, 431:
+		return "invalid_request_error"
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 503, 529:
+		return "overloaded_error"
+	}
+	return "api_error"
+}
+
+// appendErrorBody appends a family-shaped error document.
+func appendErrorBody(dst []byte, f stream.Family, status int, code, message string) []byte {
+	if f == stream.Messages {
+		dst = append(dst, `{"type":"error","error":{"type":"`...)
+		dst = append(dst, anthropicType(status)...)
+		dst = append(dst, `","message":`...)
+		dst = appendJSONString(dst, message)
+		return append(dst, `}}`...)
+	}
+	dst = append(dst, `{"error":{"message":`...)
+	dst = appendJSONString(dst, message)
+	dst = append(dst, `,"type":"failover_error","code":"`...)
+	dst = append(dst, code...)
+	return append(dst, `"}}`...)
+}
+
+// appendInterruptedEvent appends the one final event a committed stream gets when it cannot
+// end cleanly, in the family's shape, preceded by a blank line so that it starts a new event
+// even if the upstream was cut in the middle of one.
+func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte {
+	dst = append(dst, "\n\n"...)
+	switch f {
+	case stream.Responses:
+		dst = append(dst, "event: error\ndata: "...)
+		dst = append(dst, `{"type":"error","code":"`+codeInterrupted+`","message":`...)
+		dst = appendJSONString(dst, message)
+		dst = append(dst, `,"param":null}`...)
+	case stream.Messages:
+		dst = append(dst, "event: error\ndata: "...)
+		dst = appendErrorBody(dst, f, 500, codeInterrupted, message)
+	default:
+		dst = append(dst, "data: "...)
+		dst = appendErrorBody(dst, f, 502, codeInterrupted, message)
+	}
+	return append(dst, "\n\n"...)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+var (
+	contentTypeJSON = []byte("application/json")
+)
+
+// writeError answers the client with a sidecar error in the family's shape. Error paths are
+// not hot: the body is built in a fresh buffer the response then owns.
+func writeError(ctx *fasthttp.RequestCtx, f stream.Family, status int, code, message string) {
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(message)), f, status, code, message))
+}

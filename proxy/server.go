@@ -1,0 +1,306 @@
+// Package proxy is the sidecar's request path: the fasthttp server, the attempt loop that
+// walks a request's candidate targets, upstream connections, header and body rewriting,
+// streaming commits, the ledger and the metrics. It is the only package that touches sockets.
+//
+// It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
+// the budgets are measured through package budget and applied by classify.Limit, and SSE
+// streams are held and judged by stream.Gate.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
+)
+
+// maxHeaderBytes bounds a request's header block (SPEC section 7: 431 above 16 KiB).
+const maxHeaderBytes = 16 << 10
+
+// Client-side timeouts. A sidecar serves its own pod over loopback, so these only stop a
+// stuck or hostile client from holding a connection: a request (headers and body) must arrive
+// within clientReadTimeout, and an idle keep-alive connection is closed after clientIdleTimeout.
+const (
+	clientReadTimeout = 60 * time.Second
+	clientIdleTimeout = 120 * time.Second
+)
+
+// Server is the sidecar: the proxy listener's handler and the metrics listener's handler,
+// sharing one immutable policy. Safe for concurrent use; create it with New.
+type Server struct {
+	cfg      *Config
+	policy   *classify.Policy
+	targets  []*Target
+	strategy strategy
+	log      *slog.Logger
+	metrics  *serverMetrics
+	clock    budget.Clock
+	retries  *budget.RetryBudget
+
+	inboundToken []byte
+	maxRequest   int
+	maxResponse  int
+	peek         int
+
+	proxy   *fasthttp.Server
+	probes  *fasthttp.Server
+	pool    sync.Pool // *exchange
+	active  sync.WaitGroup
+	closing atomic.Bool // shutdown began: not ready, no new attempts after the current ones
+	abort   atomic.Bool // the shutdown timeout passed: end what remains
+}
+
+// Options are the parts of a Server that tests and the drill replace.
+type Options struct {
+	Logger *slog.Logger
+	Clock  budget.Clock // nil: the system clock
+}
+
+// New builds the server from a validated configuration.
+func New(cfg *Config, opts Options) (*Server, error) {
+	s := &Server{cfg: cfg, log: opts.Logger, clock: opts.Clock}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = budget.SystemClock{}
+	}
+	for i := range cfg.Targets {
+		t, err := newTarget(i, &cfg.Targets[i], &cfg.Server, &cfg.Budget)
+		if err != nil {
+			return nil, fmt.Errorf("FAILOVER_TARGET_%d: %w", i, err)
+		}
+		s.targets = append(s.targets, t)
+	}
+	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax)
+	s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader)
+	s.metrics = newServerMetrics(s.targets)
+	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
+	s.inboundToken = []byte(cfg.Server.InboundToken)
+	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
+	s.maxResponse = int(cfg.Server.MaxResponseBytes)
+	s.peek = int(cfg.Server.PeekBytes)
+	s.pool.New = func() any { return newExchange(s) }
+
+	s.proxy = &fasthttp.Server{
+		Handler:                       s.serveProxy,
+		ErrorHandler:                  s.serveError,
+		Name:                          "failover",
+		ReadBufferSize:                maxHeaderBytes,
+		MaxRequestBodySize:            s.maxRequest,
+		ReadTimeout:                   clientReadTimeout,
+		IdleTimeout:                   clientIdleTimeout,
+		NoDefaultServerHeader:         true,
+		NoDefaultDate:                 true,
+		NoDefaultContentType:          true,
+		DisableHeaderNamesNormalizing: false,
+		CloseOnShutdown:               true,
+		Logger:                        quietLogger{},
+	}
+	s.probes = &fasthttp.Server{
+		Handler:               s.serveProbes,
+		Name:                  "failover-metrics",
+		ReadTimeout:           clientReadTimeout,
+		IdleTimeout:           clientIdleTimeout,
+		NoDefaultServerHeader: true,
+		CloseOnShutdown:       true,
+		Logger:                quietLogger{},
+	}
+	return s, nil
+}
+
+// sizeLimit turns a configured request limit into fasthttp's: 0 means no limit, which
+// fasthttp cannot express (<= 0 is its 4 MiB default), so it becomes the largest int.
+func sizeLimit(s Size) int {
+	if s <= 0 {
+		return int(^uint(0) >> 1)
+	}
+	return int(s)
+}
+
+// quietLogger drops fasthttp's own log lines: they can quote request data, and every
+// request is already logged once, by the ledger.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// Serve answers proxy requests on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.proxy.Serve(ln) }
+
+// ServeProbes answers /metrics, /healthz and /readyz on ln until Shutdown.
+func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
+
+// Shutdown stops accepting at once, lets in-flight requests and streams finish until ctx
+// ends, then ends what remains: a committed stream gets the family's interrupted-stream error,
+// a request still waiting on an upstream gets a 503. It returns when every request is done.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.closing.Store(true)
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	var wg sync.WaitGroup
+	for _, srv := range []*fasthttp.Server{s.proxy} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.ShutdownWithContext(ctx) //nolint:errcheck // the deadline is handled below
+		}()
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.abort.Store(true)
+		select {
+		case <-done:
+		case <-time.After(2 * pollInterval):
+		}
+	}
+	wg.Wait()
+	s.probes.Shutdown() //nolint:errcheck // nothing is left to wait for
+	for _, t := range s.targets {
+		t.pool.closeIdle()
+	}
+}
+
+// Ready reports whether at least one target is not ejected (SPEC section 2), and the server
+// is not shutting down.
+func (s *Server) Ready() bool {
+	if s.closing.Load() {
+		return false
+	}
+	now := s.clock.Now()
+	for _, t := range s.targets {
+		if !t.health.Ejected(now) {
+			return true
+		}
+	}
+	return len(s.targets) == 0
+}
+
+var (
+	pathHealthz = []byte("/healthz")
+	pathReadyz  = []byte("/readyz")
+	pathMetrics = []byte("/metrics")
+	prefixV1    = []byte("/v1/")
+)
+
+// serveProbes answers the metrics listener.
+func (s *Server) serveProbes(ctx *fasthttp.RequestCtx) {
+	switch path := ctx.Path(); {
+	case bytes.Equal(path, pathMetrics):
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		s.metrics.write(ctx)
+	case s.serveHealth(ctx, path):
+	default:
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		ctx.SetBodyString("not found: /metrics, /healthz and /readyz are served here\n")
+	}
+}
+
+// serveHealth answers /healthz and /readyz on either listener.
+func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
+	switch {
+	case bytes.Equal(path, pathHealthz):
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBodyString("ok\n")
+	case bytes.Equal(path, pathReadyz):
+		ctx.SetContentType("text/plain; charset=utf-8")
+		if s.Ready() {
+			ctx.SetBodyString("ready\n")
+		} else {
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString("not ready: every target is ejected, or the sidecar is shutting down\n")
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// serveProxy is the proxy listener's handler.
+func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	if !bytes.HasPrefix(path, prefixV1) {
+		if s.serveHealth(ctx, path) {
+			return
+		}
+		writeError(ctx, stream.Other, fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
+		return
+	}
+	s.active.Add(1)
+	inflight := s.metrics.inflight.Add(1)
+	ex := s.pool.Get().(*exchange)
+	ex.begin(ctx)
+	switch {
+	case s.closing.Load():
+		ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
+	case s.cfg.Server.MaxInflight > 0 && inflight > int64(s.cfg.Server.MaxInflight):
+		ctx.Response.Header.Set("Retry-After", "1")
+		ex.reject(fasthttp.StatusServiceUnavailable, codeOverloaded, "too many requests in flight in the failover sidecar; retry shortly")
+	case !ex.authorized():
+		ex.reject(fasthttp.StatusUnauthorized, codeUnauthorized, "missing or wrong token for the failover sidecar (FAILOVER_INBOUND_TOKEN)")
+	default:
+		ex.run()
+	}
+	if !ex.committedStream {
+		ex.finish()
+	}
+}
+
+// serveError answers what fasthttp rejects before the handler: bodies over the limit (413),
+// header blocks over 16 KiB (431) and malformed requests (400). Each still gets a ledger record.
+func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	status, code, msg := fasthttp.StatusBadRequest, codeBadRequest, "malformed HTTP request"
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, code = fasthttp.StatusRequestEntityTooLarge, codeTooLarge
+		msg = fmt.Sprintf("request body larger than FAILOVER_MAX_REQUEST_BYTES (%s)", s.cfg.Server.MaxRequestBytes)
+	case errors.As(err, &small):
+		status, code, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, "request headers larger than 16 KiB"
+	case isTimeout(err):
+		status, code, msg = fasthttp.StatusRequestTimeout, "request_timeout", "the request was not received in time"
+	}
+	ctx.SetConnectionClose()
+	s.active.Add(1)
+	s.metrics.inflight.Add(1)
+	ex := s.pool.Get().(*exchange)
+	ex.begin(ctx)
+	ex.reject(status, code, msg)
+	ex.finish()
+}
+
+// authorized checks FAILOVER_INBOUND_TOKEN (Authorization: Bearer or x-api-key) in constant
+// time and remembers which header carried it, so it is never forwarded.
+func (ex *exchange) authorized() bool {
+	tok := ex.srv.inboundToken
+	if len(tok) == 0 {
+		return true
+	}
+	h := &ex.ctx.Request.Header
+	if v := h.Peek("Authorization"); len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") &&
+		subtle.ConstantTimeCompare(bytes.TrimSpace(v[7:]), tok) == 1 {
+		ex.tokenHeader = headerAuthorization
+		return true
+	}
+	if v := h.Peek("X-Api-Key"); subtle.ConstantTimeCompare(bytes.TrimSpace(v), tok) == 1 {
+		ex.tokenHeader = headerXAPIKey
+		return true
+	}
+	return false
+}

@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/llm-failover/failover/budget"
+)
+
+// Target is one upstream as the request path uses it: everything precomputed at start so an
+// attempt only copies bytes. Immutable after New, except health, latency and the pool, which
+// are safe for concurrent use.
+type Target struct {
+	Index int
+	Name  string
+
+	isTLS    bool
+	addr     string // host:port to dial
+	host     []byte // Host header
+	basePath []byte // the base URL's path without a trailing slash ("/v1")
+	query    []byte // the base URL's raw query, kept first in every request
+	queryKey [][]byte
+
+	authName  []byte // upstream auth header, nil when the client's credentials are forwarded
+	authValue []byte // "Bearer <key>" or "<key>"; never logged
+	ownKey    bool
+
+	headers [][2][]byte
+	model   []byte // model substitution, nil when none
+	models  []modelPattern
+	paths   [][]byte
+	weight  int
+	retries int
+
+	health  *budget.Health
+	pool    *pool
+	metrics *targetMetrics
+	// latencyNS is an exponentially weighted time to first byte, for least-latency.
+	latencyNS atomic.Int64
+}
+
+type modelPattern struct {
+	text   []byte
+	prefix bool // "gpt-4o*"
+}
+
+// newTarget builds the runtime target from its validated configuration.
+func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config) (*Target, error) {
+	u, err := url.Parse(tc.URL)
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{Index: i, Name: tc.Name, isTLS: u.Scheme == "https", weight: tc.Weight, retries: tc.Retries}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if t.isTLS {
+			port = "443"
+		}
+	}
+	t.addr = net.JoinHostPort(u.Hostname(), port)
+	t.host = []byte(u.Host)
+	t.basePath = []byte(strings.TrimRight(u.EscapedPath(), "/"))
+	if u.RawQuery != "" {
+		t.query = []byte(u.RawQuery)
+		for k := range u.Query() {
+			t.queryKey = append(t.queryKey, []byte(k))
+		}
+	}
+	if tc.APIKey != "" {
+		t.ownKey = true
+		switch tc.Auth {
+		case "bearer":
+			t.authName, t.authValue = []byte("Authorization"), []byte("Bearer "+tc.APIKey)
+		case "x-api-key":
+			t.authName, t.authValue = []byte("X-Api-Key"), []byte(tc.APIKey)
+		case "api-key":
+			t.authName, t.authValue = []byte("Api-Key"), []byte(tc.APIKey)
+		}
+	}
+	if t.headers, err = parseHeaders(tc.Headers); err != nil {
+		return nil, err
+	}
+	if tc.Model != "" {
+		t.model = []byte(tc.Model)
+	}
+	if t.models, err = parseModels(tc.Models); err != nil {
+		return nil, err
+	}
+	if t.paths, err = parsePaths(tc.Paths); err != nil {
+		return nil, err
+	}
+	t.health = budget.NewHealth(b)
+	var tlsConfig *tls.Config
+	if t.isTLS {
+		tlsConfig = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	}
+	t.pool = newPool(t.addr, tlsConfig, s.ConnectTimeout)
+	return t, nil
+}
+
+// serves reports whether the target serves this request path and requested model. A request
+// without a model (multipart audio, GET /v1/models) is not filtered by model.
+func (t *Target) serves(path, model []byte) bool {
+	if len(t.paths) > 0 {
+		ok := false
+		for _, p := range t.paths {
+			if bytes.HasPrefix(path, p) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(t.models) == 0 || len(model) == 0 {
+		return true
+	}
+	for _, m := range t.models {
+		if m.prefix && bytes.HasPrefix(model, m.text) || !m.prefix && bytes.Equal(model, m.text) {
+			return true
+		}
+	}
+	return false
+}
+
+// forbiddenHeaders cannot be set through _HEADERS: they frame the message or are set by the
+// sidecar itself.
+var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+	"upgrade", "te", "trailer", "proxy-connection", "x-request-id", "x-failover-attempt", "accept-encoding"}
+
+// parseHeaders reads "Name=value;Name2=value2".
+func parseHeaders(s string) ([][2][]byte, error) {
+	var out [][2][]byte
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var errs []error
+	for _, part := range strings.Split(s, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(part, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		switch {
+		case !ok || name == "":
+			errs = append(errs, fmt.Errorf("an entry is not Name=value"))
+		case !isToken(name):
+			errs = append(errs, fmt.Errorf("header name %q has characters a header name cannot have", name))
+		case contains(forbiddenHeaders, strings.ToLower(name)):
+			errs = append(errs, fmt.Errorf("header %s is set by the sidecar and cannot be configured", name))
+		case strings.ContainsAny(value, "\r\n\x00"):
+			errs = append(errs, fmt.Errorf("the value of header %s has a line break", name))
+		default:
+			out = append(out, [2][]byte{[]byte(name), []byte(value)})
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// parseModels reads a comma list of model names, "*" as a trailing wildcard.
+func parseModels(s string) ([]modelPattern, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []modelPattern
+	for _, m := range strings.Split(s, ",") {
+		m = strings.TrimSpace(m)
+		switch {
+		case m == "":
+			return nil, fmt.Errorf("empty model name (two commas in a row, or a trailing comma?)")
+		case m == "*":
+			return nil, nil // every model
+		case strings.Contains(strings.TrimSuffix(m, "*"), "*"):
+			return nil, fmt.Errorf("%q: '*' is only allowed at the end", m)
+		case strings.HasSuffix(m, "*"):
+			out = append(out, modelPattern{text: []byte(strings.TrimSuffix(m, "*")), prefix: true})
+		default:
+			out = append(out, modelPattern{text: []byte(m)})
+		}
+	}
+	return out, nil
+}
+
+// parsePaths reads a comma list of request path prefixes.
+func parsePaths(s string) ([][]byte, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out [][]byte
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !strings.HasPrefix(p, "/v1/") && p != "/v1" {
+			return nil, fmt.Errorf("%q: a path prefix starts with /v1/, like /v1/messages", p)
+		}
+		out = append(out, []byte(p))
+	}
+	return out, nil
+}

@@ -1,0 +1,270 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/classify"
+)
+
+// The sidecar keeps its own HTTP/1.1 connections to each target instead of fasthttp's
+// HostClient: HostClient's deadlines are absolute over headers and the streamed body, and it
+// gives no handle on the connection, so a time-to-first-content, an idle gap between reads and
+// "the client left, close the upstream now" cannot be expressed with it. Owning the net.Conn,
+// each phase sets its own read deadline, and closing the conn aborts whatever is in flight.
+// fasthttp still writes requests and parses responses (Request.Write, Response.Read with
+// StreamBody).
+
+const (
+	// idleConnTimeout: a pooled connection idle longer is closed rather than reused. Providers'
+	// load balancers close idle keep-alive connections after about a minute; staying well below
+	// avoids writing a request into a connection the far side is closing.
+	idleConnTimeout = 30 * time.Second
+	// maxIdlePerTarget bounds the pool; more concurrent attempts dial and close.
+	maxIdlePerTarget = 512
+	// pollInterval is how often a wait on an upstream checks that the client is still there:
+	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
+	pollInterval = 250 * time.Millisecond
+	// upstreamBufferSize sizes the per-connection read buffer and the pooled write buffer.
+	upstreamBufferSize = 4096
+)
+
+// upConn is one connection to a target. Owned by one attempt at a time.
+type upConn struct {
+	conn      net.Conn // what HTTP goes through (*net.TCPConn or *tls.Conn)
+	fd        int      // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
+	br        *bufio.Reader
+	idleSince time.Time
+	reused    bool
+}
+
+// pool holds one target's idle connections (LIFO, so the warmest is reused first). Safe for
+// concurrent use.
+type pool struct {
+	addr           string
+	tlsConfig      *tls.Config
+	connectTimeout time.Duration
+
+	mu   sync.Mutex
+	idle []*upConn
+}
+
+func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *pool {
+	return &pool{addr: addr, tlsConfig: tlsConfig, connectTimeout: connectTimeout}
+}
+
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
+
+// get returns a live idle connection or dials a new one.
+func (p *pool) get(now time.Time) (*upConn, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return p.dial()
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if now.Sub(c.idleSince) > idleConnTimeout || c.br.Buffered() > 0 || peerClosed(c.fd) {
+			c.conn.Close()
+			continue
+		}
+		c.reused = true
+		return c, nil
+	}
+}
+
+// put returns a connection whose last response was read to its end.
+func (p *pool) put(c *upConn, now time.Time) {
+	c.idleSince = now
+	p.mu.Lock()
+	if len(p.idle) < maxIdlePerTarget {
+		p.idle = append(p.idle, c)
+		c = nil
+	}
+	p.mu.Unlock()
+	if c != nil {
+		c.conn.Close()
+	}
+}
+
+// closeIdle closes every idle connection (shutdown).
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.conn.Close()
+	}
+}
+
+// dialError marks a failure to connect (as opposed to one on an established connection).
+type dialError struct {
+	err error
+	tls bool // the TCP connection worked; the TLS handshake did not
+}
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func (p *pool) dial() (*upConn, error) {
+	d := net.Dialer{Timeout: p.connectTimeout, KeepAlive: 30 * time.Second}
+	conn, err := d.DialContext(context.Background(), "tcp", p.addr)
+	if err != nil {
+		return nil, &dialError{err: err}
+	}
+	tcp, ok := conn.(*net.TCPConn)
+	if !ok {
+		conn.Close()
+		return nil, &dialError{err: errors.New("not a TCP connection")}
+	}
+	tcp.SetNoDelay(true)
+	c := &upConn{conn: conn, fd: socketOf(tcp)}
+	if p.tlsConfig != nil {
+		tc := tls.Client(conn, p.tlsConfig)
+		if p.connectTimeout > 0 {
+			tc.SetDeadline(time.Now().Add(p.connectTimeout))
+		}
+		if err := tc.Handshake(); err != nil {
+			conn.Close()
+			return nil, &dialError{err: err, tls: true}
+		}
+		tc.SetDeadline(time.Time{})
+		c.conn = tc
+	}
+	c.br = bufio.NewReaderSize(c.conn, upstreamBufferSize)
+	return c, nil
+}
+
+// writeRequest sends req on c before the deadline.
+func writeRequest(c *upConn, req *fasthttp.Request, deadline time.Time) error {
+	c.conn.SetWriteDeadline(deadline)
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(c.conn)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writerPool.Put(bw)
+	return err
+}
+
+// errClientGone is the error of a wait cut short because the client disconnected.
+var errClientGone = errors.New("client went away")
+
+// errDeadline is the error of a wait that reached its deadline.
+var errDeadline = errors.New("deadline reached")
+
+// waitData blocks until c has at least one unread byte, the deadline passes (errDeadline),
+// or gone reports that the client left (errClientGone). A zero deadline waits forever. On
+// return the connection's read deadline is the real one, so a following read cannot be cut by
+// a polling slice halfway through a chunk header.
+func waitData(c *upConn, deadline time.Time, gone func() bool) error {
+	for c.br.Buffered() == 0 {
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return errDeadline
+		}
+		slice := now.Add(pollInterval)
+		if !deadline.IsZero() && deadline.Before(slice) {
+			slice = deadline
+		}
+		c.conn.SetReadDeadline(slice)
+		if _, err := c.br.Peek(1); err != nil {
+			if !isTimeout(err) {
+				return err
+			}
+			if gone != nil && gone() {
+				return errClientGone
+			}
+		}
+	}
+	c.conn.SetReadDeadline(deadline)
+	return nil
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// transportOf names a transport failure for the decision function.
+func transportOf(err error) classify.Transport {
+	var de *dialError
+	isDial := errors.As(err, &de)
+	var dns *net.DNSError
+	switch {
+	case err == errDeadline || isTimeout(err):
+		return classify.TransportTimeout
+	case errors.As(err, &dns):
+		return classify.TransportDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return classify.TransportRefused
+	case isDial && de.tls:
+		return classify.TransportTLS
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return classify.TransportReset
+	}
+	var be fasthttp.ErrBrokenChunk
+	if errors.As(err, &be) {
+		return classify.TransportReset
+	}
+	return classify.TransportOther
+}
+
+// peerClosed reports whether the peer of a socket has closed or reset it, without blocking
+// and without consuming data: a MSG_PEEK read that returns 0 bytes means an orderly close.
+// The socket is already non-blocking (Go's poller), and MSG_DONTWAIT makes sure of it.
+func peerClosed(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	var buf [1]byte
+	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	switch {
+	case errno == syscall.EAGAIN || errno == syscall.EINTR:
+		return false
+	case errno != 0:
+		return true // reset or another socket error: the peer is gone
+	}
+	return n == 0
+}
+
+// socketOf returns the descriptor under a connection, or -1 when there is none to peek.
+// The descriptor stays owned by the connection: it must not be used after the connection closes.
+func socketOf(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	if raw.Control(func(s uintptr) { fd = int(s) }) != nil {
+		return -1
+	}
+	return fd
+}
