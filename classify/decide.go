@@ -97,6 +97,9 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 		parsers.Put(parser)
 		return v
 	}
+	if o.Truncated {
+		return Verdict{Class: ClassNone, Action: ActionCommit, Health: HealthSuccess, Reason: ReasonOK, Status: o.Status}
+	}
 	if o.Status == 200 && o.Kind == KindResponse {
 		parser := parsers.Get()
 		class, status := fakeSuccess(parser, o.Body, o.Chat)

@@ -107,6 +107,9 @@ func TestDecide(t *testing.T) {
 		{"no phrases configured stops model not found", custom, Outcome{Status: 404, Body: []byte(openAI404Model)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 404},
 		{"custom phrase with status word matches that status", phrase404, Outcome{Status: 404, Body: []byte(`{"error":{"message":"No capacity left"}}`)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 404},
 		{"custom phrase with status word ignores other statuses", phrase404, Outcome{Status: 400, Body: []byte(`{"error":{"message":"No capacity left"}}`)}, ClassClientError, ActionStop, HealthNone, ReasonNotRetryable, 400},
+		{"oversize 200 commits without body checks", nil, Outcome{Status: 200, Body: []byte(`{"error":`), Truncated: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"oversize 503 is still an error", nil, Outcome{Status: 503, Body: []byte(`<html>`), Truncated: true}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
+		{"image commits at headers", withRules, Outcome{Status: 200, Image: true, Truncated: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
 		{"302 commits unchanged", nil, Outcome{Status: 302}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 302},
 	}
 	for _, tc := range tests {

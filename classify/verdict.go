@@ -151,6 +151,10 @@ type Outcome struct {
 	Status    int       // HTTP status; 0 when there was none
 	Transport Transport // KindTransport: why there was no answer
 	Body      []byte    // see Kind
+	// Truncated: Body holds only the first bytes of a response larger than the buffer, or
+	// none of it (an image, which commits at headers). A success status then commits: the
+	// checks on a 200's body need the whole body, and past the buffer it is streamed through.
+	Truncated bool
 
 	Chat        bool // chat completions: a 200 without choices is a failure
 	Image       bool // image generation: success rules never apply
