@@ -16,7 +16,7 @@ func TestPassthroughIsByteIdentical(t *testing.T) {
 	body := pt.ChatCompletion("Hello there")
 	up := upstream(t, pt.JSON(200, body, "X-Upstream-Trace: abc", "Openai-Processing-Ms: 12"))
 	s := start(t, targets(up.URL)...)
-	r := s.post("/chat/completions", chatBody)
+	r := s.Post("/chat/completions", chatBody)
 	if r.Status != 200 || string(r.Body) != body {
 		t.Fatalf("got %d %q", r.Status, r.Body)
 	}
@@ -90,7 +90,7 @@ func TestTransferAndStop(t *testing.T) {
 				url = tc.firstURL
 			}
 			s := start(t, env(targets(url, second.URL), tc.extra)...)
-			r := s.post("/chat/completions", chatBody)
+			r := s.Post("/chat/completions", chatBody)
 			if r.Status != tc.wantStatus || string(r.Body) != tc.wantBody {
 				t.Fatalf("got %d %s\nwant %d %s", r.Status, r.Body, tc.wantStatus, tc.wantBody)
 			}
@@ -104,7 +104,7 @@ func TestTransferAndStop(t *testing.T) {
 			if r.Header.Get("X-Failover-Attempts") != wantAttempts {
 				t.Errorf("X-Failover-Attempts = %q, want %s", r.Header.Get("X-Failover-Attempts"), wantAttempts)
 			}
-			recs := s.ledger()
+			recs := s.Ledger()
 			if len(recs) != 1 {
 				t.Fatalf("%d ledger records, want 1", len(recs))
 			}
@@ -116,14 +116,14 @@ func TestExhaustionReturnsTheLastError(t *testing.T) {
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
 	b := upstream(t, pt.JSON(502, `<html>bad gateway from b</html>`, "X-From: b"))
 	s := start(t, targets(a.URL, b.URL)...)
-	r := s.post("/chat/completions", chatBody)
+	r := s.Post("/chat/completions", chatBody)
 	if r.Status != 502 || string(r.Body) != `<html>bad gateway from b</html>` || r.Header.Get("X-From") != "b" {
 		t.Fatalf("got %d %q %v", r.Status, r.Body, r.Header)
 	}
 	if r.Header.Get("X-Failover-Attempts") != "2" || r.Header.Get("X-Failover-Target") != "t1" {
 		t.Errorf("headers %v", r.Header)
 	}
-	rec := s.ledger()[0]
+	rec := s.Ledger()[0]
 	if rec["outcome"] != "exhausted" || rec["status"].(float64) != 502 {
 		t.Errorf("ledger %v", rec)
 	}
@@ -131,14 +131,14 @@ func TestExhaustionReturnsTheLastError(t *testing.T) {
 
 func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
 	s := start(t, targets(pt.RefusedURL(), pt.RefusedURL())...)
-	r := s.post("/chat/completions", chatBody)
+	r := s.Post("/chat/completions", chatBody)
 	var doc struct {
 		Error struct{ Type, Code, Message string }
 	}
 	if r.Status != 502 || json.Unmarshal(r.Body, &doc) != nil || doc.Error.Code != "upstream_unreachable" || doc.Error.Type != "failover_error" {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	r = s.post("/messages", `{"model":"claude","max_tokens":5,"messages":[]}`)
+	r = s.Post("/messages", `{"model":"claude","max_tokens":5,"messages":[]}`)
 	var anth struct {
 		Type  string
 		Error struct{ Type, Message string }
@@ -157,7 +157,7 @@ func TestMaxAttemptsCountsTransfers(t *testing.T) {
 		ups = append(ups, u.URL)
 	}
 	s := start(t, env(targets(ups...), []string{"FAILOVER_MAX_ATTEMPTS=1"})...)
-	r := s.post("/chat/completions", chatBody)
+	r := s.Post("/chat/completions", chatBody)
 	calls := all[0].Calls() + all[1].Calls() + all[2].Calls()
 	if calls != 2 || all[2].Calls() != 0 {
 		t.Fatalf("%d upstream calls (%d,%d,%d), want 2", calls, all[0].Calls(), all[1].Calls(), all[2].Calls())
@@ -165,10 +165,10 @@ func TestMaxAttemptsCountsTransfers(t *testing.T) {
 	if r.Status != 503 {
 		t.Fatalf("status %d", r.Status)
 	}
-	if rec := s.ledger()[0]; rec["outcome"] != "budget_exhausted" {
+	if rec := s.Ledger()[0]; rec["outcome"] != "budget_exhausted" {
 		t.Errorf("outcome %v", rec["outcome"])
 	}
-	if len(s.events("routing_transfer_limit_reached")) != 1 {
+	if len(s.Records("routing_transfer_limit_reached")) != 1 {
 		t.Errorf("no routing_transfer_limit_reached event")
 	}
 }
@@ -181,24 +181,24 @@ func TestCredentials(t *testing.T) {
 			"FAILOVER_TARGET_1_URL=" + anth.URL, "FAILOVER_TARGET_1_AUTH=x-api-key", "FAILOVER_TARGET_1_API_KEY=anthropic-secret",
 			"FAILOVER_TARGET_1_HEADERS=anthropic-version=2023-06-01", "FAILOVER_TARGET_1_PATHS=/v1/messages",
 			"FAILOVER_TARGET_0_PATHS=/v1/chat"})...)
-		s.post("/chat/completions", chatBody, "Authorization: Bearer client-key", "X-Api-Key: client-key-2")
+		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-key", "X-Api-Key: client-key-2")
 		got := up.Requests()[0].Header
 		if got["Authorization"] != "Bearer sk-target-secret" || got["X-Api-Key"] != "" {
 			t.Fatalf("upstream headers %v", got)
 		}
-		s.post("/messages", `{"model":"claude","messages":[]}`, "X-Api-Key: client-key")
+		s.Post("/messages", `{"model":"claude","messages":[]}`, "X-Api-Key: client-key")
 		got = anth.Requests()[0].Header
 		if got["X-Api-Key"] != "anthropic-secret" || got["Authorization"] != "" || got["Anthropic-Version"] != "2023-06-01" {
 			t.Fatalf("anthropic headers %v", got)
 		}
-		if strings.Contains(s.log.String(), "secret") || strings.Contains(s.log.String(), "client-key") {
-			t.Fatalf("a key reached the log:\n%s", s.log.String())
+		if strings.Contains(s.Log.String(), "secret") || strings.Contains(s.Log.String(), "client-key") {
+			t.Fatalf("a key reached the log:\n%s", s.Log.String())
 		}
 	})
 	t.Run("without a key the client's credentials are forwarded", func(t *testing.T) {
 		up := upstream(t)
 		s := start(t, targets(up.URL)...)
-		s.post("/chat/completions", chatBody, "Authorization: Bearer client-own-key")
+		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-own-key")
 		if got := up.Requests()[0].Header["Authorization"]; got != "Bearer client-own-key" {
 			t.Fatalf("Authorization %q", got)
 		}
@@ -206,13 +206,13 @@ func TestCredentials(t *testing.T) {
 	t.Run("the inbound token is checked and never forwarded", func(t *testing.T) {
 		up := upstream(t)
 		s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=local-token"})...)
-		if r := s.post("/chat/completions", chatBody); r.Status != 401 {
+		if r := s.Post("/chat/completions", chatBody); r.Status != 401 {
 			t.Fatalf("no token: %d", r.Status)
 		}
-		if r := s.post("/chat/completions", chatBody, "Authorization: Bearer wrong"); r.Status != 401 {
+		if r := s.Post("/chat/completions", chatBody, "Authorization: Bearer wrong"); r.Status != 401 {
 			t.Fatalf("wrong token: %d", r.Status)
 		}
-		r := s.post("/chat/completions", chatBody, "X-Api-Key: local-token", "Authorization: Bearer provider-key")
+		r := s.Post("/chat/completions", chatBody, "X-Api-Key: local-token", "Authorization: Bearer provider-key")
 		if r.Status != 200 || up.Calls() != 1 {
 			t.Fatalf("with token: %d", r.Status)
 		}
@@ -225,22 +225,22 @@ func TestCredentials(t *testing.T) {
 		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
 		good := upstream(t)
 		s := start(t, env(targets(bad.URL, good.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-revoked", "FAILOVER_TARGET_1_API_KEY=sk-good"})...)
-		if r := s.post("/chat/completions", chatBody); r.Status != 200 {
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
 			t.Fatalf("status %d", r.Status)
 		}
-		s.post("/chat/completions", chatBody)
+		s.Post("/chat/completions", chatBody)
 		if bad.Calls() != 1 || good.Calls() != 2 {
 			t.Fatalf("calls bad=%d good=%d: an ejected target must be skipped", bad.Calls(), good.Calls())
 		}
-		if len(s.events("target_ejected")) != 1 {
-			t.Errorf("target_ejected events: %d", len(s.events("target_ejected")))
+		if len(s.Records("target_ejected")) != 1 {
+			t.Errorf("target_ejected events: %d", len(s.Records("target_ejected")))
 		}
 	})
 	t.Run("401 with the client's credentials is the caller's", func(t *testing.T) {
 		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
 		good := upstream(t)
 		s := start(t, targets(bad.URL, good.URL)...)
-		if r := s.post("/chat/completions", chatBody); r.Status != 401 || good.Calls() != 0 {
+		if r := s.Post("/chat/completions", chatBody); r.Status != 401 || good.Calls() != 0 {
 			t.Fatalf("status %d, second called %d", r.Status, good.Calls())
 		}
 	})
@@ -251,7 +251,7 @@ func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODEL=claude-sonnet-4"})...)
 	body := "{ \"messages\" : [{\"role\":\"user\",\"content\":\"model \\\"x\\\"\"}],\n  \"model\":  \"gpt-4o\" , \"temperature\":0.20, \"extra\":{\"model\":\"nested\"}}"
-	r := s.post("/chat/completions", body)
+	r := s.Post("/chat/completions", body)
 	if r.Status != 200 || r.Header.Get("X-Failover-Model") != "claude-sonnet-4" {
 		t.Fatalf("status %d, X-Failover-Model %q", r.Status, r.Header.Get("X-Failover-Model"))
 	}
@@ -262,7 +262,7 @@ func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
 	if got := string(a.Requests()[0].Body); got != body {
 		t.Fatalf("first target got a changed body: %s", got)
 	}
-	rec := s.ledger()[0]
+	rec := s.Ledger()[0]
 	if rec["model"] != "gpt-4o" || rec["served_model"] != "claude-sonnet-4" {
 		t.Errorf("ledger %v", rec)
 	}
@@ -276,7 +276,7 @@ func TestLargeBodyIsReplayedIdentical(t *testing.T) {
 	rand.Read(filler)
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 16) + `"}],"blob":"` +
 		string(bytes.Map(func(r rune) rune { return 'a' + r%26 }, filler)) + `"}`
-	r := s.post("/chat/completions", body)
+	r := s.Post("/chat/completions", body)
 	if r.Status != 200 {
 		t.Fatalf("status %d", r.Status)
 	}
@@ -299,7 +299,7 @@ func TestMultipartPassesUntouched(t *testing.T) {
 	w.Close()
 	req, _ := http.NewRequest("POST", s.URL+"/audio/transcriptions", bytes.NewReader(buf.Bytes()))
 	req.Header.Set("Content-Type", w.FormDataContentType())
-	r := s.do(req)
+	r := s.Do(req)
 	if r.Status != 200 || string(r.Body) != `{"text":"hello"}` {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
