@@ -1,0 +1,356 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+var busy = pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", ""))
+
+func TestSameTargetRetry(t *testing.T) {
+	a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=10ms", "FAILOVER_BACKOFF_MAX=20ms"})...)
+	r := s.Post("/chat/completions", chatBody)
+	if r.Status != 200 || string(r.Body) != pt.ChatCompletion("from a") || b.Calls() != 0 || a.Calls() != 2 {
+		t.Fatalf("got %d %s; calls a=%d b=%d", r.Status, r.Body, a.Calls(), b.Calls())
+	}
+	if r.Header.Get("X-Failover-Attempts") != "2" || r.Header.Get("X-Failover-Target") != "t0" {
+		t.Errorf("headers %v", r.Header)
+	}
+	reqs := a.Requests()
+	if reqs[0].Header["X-Request-Id"] != reqs[1].Header["X-Request-Id"] || reqs[1].Header["X-Failover-Attempt"] != "2" {
+		t.Errorf("retry headers: %v / %v", reqs[0].Header, reqs[1].Header)
+	}
+	ledger := s.Ledger()[0]["ledger"].([]any)
+	if ledger[0].(map[string]any)["action"] != "retry" {
+		t.Errorf("ledger %v", ledger)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Run("Retry-After: 1 is waited on before the same-target retry", func(t *testing.T) {
+		a := upstream(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 1"), pt.JSON(200, pt.ChatCompletion("a")))
+		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
+		r := s.Post("/chat/completions", chatBody)
+		reqs := a.Requests()
+		if r.Status != 200 || len(reqs) != 2 {
+			t.Fatalf("status %d, %d calls", r.Status, len(reqs))
+		}
+		if gap := reqs[1].Received.Sub(reqs[0].Received); gap < 900*time.Millisecond {
+			t.Fatalf("retried after %v, Retry-After asked for 1s", gap)
+		}
+	})
+	t.Run("retry-after-ms is read too", func(t *testing.T) {
+		a := upstream(t, pt.JSON(429, "{}", "Retry-After-Ms: 400"), pt.JSON(200, pt.ChatCompletion("a")))
+		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
+		s.Post("/chat/completions", chatBody)
+		reqs := a.Requests()
+		if len(reqs) != 2 || reqs[1].Received.Sub(reqs[0].Received) < 350*time.Millisecond {
+			t.Fatalf("calls %d", len(reqs))
+		}
+	})
+	t.Run("Retry-After: 60 transfers at once and the next request skips the target", func(t *testing.T) {
+		a := upstream(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 60"))
+		b := upstream(t)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=3"})...)
+		begin := time.Now()
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || r.Header.Get("X-Failover-Target") != "t1" {
+			t.Fatalf("first request: %d %v", r.Status, r.Header)
+		}
+		if time.Since(begin) > 2*time.Second {
+			t.Fatalf("the transfer waited %v", time.Since(begin))
+		}
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || r.Header.Get("X-Failover-Attempts") != "1" {
+			t.Fatalf("second request: %d %v", r.Status, r.Header)
+		}
+		if a.Calls() != 1 || b.Calls() != 2 {
+			t.Fatalf("calls a=%d b=%d: a target cooling down must be skipped", a.Calls(), b.Calls())
+		}
+	})
+	t.Run("each attempt's own Retry-After is read", func(t *testing.T) {
+		// The first 429 asks for 60 s (transfer and cool down); the second target's 429 asks
+		// for nothing, so the sweep ends there without waiting a minute.
+		a := upstream(t, pt.JSON(429, "{}", "Retry-After: 60"))
+		b := upstream(t, pt.JSON(429, pt.OpenAIError("slow down", "requests", "rate_limit_exceeded")))
+		s := start(t, targets(a.URL, b.URL)...)
+		begin := time.Now()
+		r := s.Post("/chat/completions", chatBody)
+		if r.Status != 429 || time.Since(begin) > 2*time.Second {
+			t.Fatalf("status %d after %v", r.Status, time.Since(begin))
+		}
+	})
+}
+
+func TestElapsedBudgetStopsTheSweep(t *testing.T) {
+	slow := pt.JSON(503, pt.OpenAIError("slow and down", "server_error", ""))
+	slow.Delay = 400 * time.Millisecond
+	a := upstream(t, slow)
+	b := upstream(t, pt.JSON(502, "b is down too"))
+	c := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_MAX_ELAPSED=300ms"})...)
+	r := s.Post("/chat/completions", chatBody)
+	// The running attempt is never cut; after it, no new attempt starts.
+	if r.Status != 503 || !strings.Contains(string(r.Body), "slow and down") || b.Calls() != 0 || c.Calls() != 0 {
+		t.Fatalf("got %d %s; calls b=%d c=%d", r.Status, r.Body, b.Calls(), c.Calls())
+	}
+	if rec := s.Ledger()[0]; rec["outcome"] != "budget_exhausted" {
+		t.Errorf("outcome %v", rec["outcome"])
+	}
+	ev := s.Records("routing_transfer_limit_reached")
+	if len(ev) != 1 || ev[0]["budget"] != "max_elapsed" {
+		t.Errorf("events %v", ev)
+	}
+	if !strings.Contains(s.ScrapeMetrics(), `failover_budget_exhausted_total{budget="max_elapsed"} 1`) {
+		t.Error("budget metric not counted")
+	}
+}
+
+func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
+	a := upstream(t, busy)
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=2", "FAILOVER_BACKOFF_BASE=5s", "FAILOVER_BACKOFF_MAX=5s",
+		"FAILOVER_MAX_ELAPSED=1s"})...)
+	// A backoff of up to 5 s cannot fit in a 1 s budget unless it draws under 1 s; either
+	// way nothing may run past the budget, and the request must not wait seconds.
+	begin := time.Now()
+	r := s.Post("/chat/completions", chatBody)
+	if time.Since(begin) > 1500*time.Millisecond {
+		t.Fatalf("took %v with a 1s budget", time.Since(begin))
+	}
+	if r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+}
+
+func TestQuotaIsNotRetriedAndEjects(t *testing.T) {
+	a := upstream(t, pt.JSON(429, pt.OpenAIError("You exceeded your current quota", "insufficient_quota", "insufficient_quota")))
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=3", "FAILOVER_TARGET_0_API_KEY=sk-a"})...)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+	if a.Calls() != 1 {
+		t.Fatalf("quota exhaustion retried on the same target: %d calls", a.Calls())
+	}
+	s.Post("/chat/completions", chatBody)
+	if a.Calls() != 1 {
+		t.Fatalf("an ejected target was used again")
+	}
+	if ev := s.Records("target_ejected"); len(ev) != 1 || ev[0]["reason"] != "quota" {
+		t.Errorf("events %v", ev)
+	}
+}
+
+func TestTargetRetriesUsedUp(t *testing.T) {
+	a := upstream(t, busy)
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_RETRIES=2", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=2ms"})...)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 200 || a.Calls() != 3 || b.Calls() != 1 {
+		t.Fatalf("status %d, calls a=%d b=%d", r.Status, a.Calls(), b.Calls())
+	}
+	if len(s.Records("target_transfer_limit_reached")) != 1 {
+		t.Error("target_transfer_limit_reached not logged")
+	}
+}
+
+func TestEjection(t *testing.T) {
+	a := upstream(t, busy)
+	b := upstream(t, busy)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=2", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=2h"})...)
+	ready := func() int {
+		resp, err := http.Get(s.Metrics + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if ready() != 200 {
+		t.Fatal("not ready at start")
+	}
+	s.Post("/chat/completions", chatBody)
+	s.Post("/chat/completions", chatBody) // two consecutive failures each: both ejected
+	if ev := s.Records("target_ejected"); len(ev) != 2 {
+		t.Fatalf("%d ejections", len(ev))
+	}
+	if ready() != 503 {
+		t.Fatal("ready although every target is ejected")
+	}
+	// Every candidate ejected: they are tried anyway, in order.
+	before := a.Calls() + b.Calls()
+	r := s.Post("/chat/completions", chatBody)
+	if a.Calls()+b.Calls() != before+2 || r.Status != 503 {
+		t.Fatalf("all-ejected fallback: %d calls, status %d", a.Calls()+b.Calls()-before, r.Status)
+	}
+	m := s.ScrapeMetrics()
+	for _, want := range []string{`failover_target_up{target="t0"} 0`, `failover_target_ejections_total{target="t1"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// A success restores: the second target recovers and answers the fallback.
+	b.Script(pt.JSON(200, pt.ChatCompletion("back")))
+	a.Script(busy)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+	if len(s.Records("target_restored")) != 1 || ready() != 200 {
+		t.Errorf("restore: events %d, ready %d", len(s.Records("target_restored")), ready())
+	}
+}
+
+func TestRetryBudget(t *testing.T) {
+	a := upstream(t, busy)
+	b := upstream(t)
+	// A floor of 1 retry per second over 10 s: 10 transfers, then the budget is spent.
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RETRY_BUDGET_RATIO=0.01", "FAILOVER_RETRY_BUDGET_MIN=1", "FAILOVER_EJECT_AFTER=0"})...)
+	statuses := map[int]int{}
+	for range 15 {
+		statuses[s.Post("/chat/completions", chatBody).Status]++
+	}
+	if statuses[200] != 10 || statuses[503] != 5 {
+		t.Fatalf("statuses %v: want 10 transfers admitted, 5 refused", statuses)
+	}
+	if len(s.Records("retry_budget_exhausted")) != 5 {
+		t.Errorf("%d retry_budget_exhausted events", len(s.Records("retry_budget_exhausted")))
+	}
+}
+
+func TestClientGoneStopsEverything(t *testing.T) {
+	t.Run("during a backoff", func(t *testing.T) {
+		a := upstream(t, busy)
+		b := upstream(t)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=2s", "FAILOVER_BACKOFF_MAX=2s"})...)
+		cancelAfter(t, s, 300*time.Millisecond)
+		time.Sleep(2500 * time.Millisecond)
+		if a.Calls() != 1 || b.Calls() != 0 {
+			t.Fatalf("calls a=%d b=%d after the client left during a backoff", a.Calls(), b.Calls())
+		}
+		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
+			t.Errorf("ledger %v", rec)
+		}
+	})
+	t.Run("during a slow non-streaming attempt", func(t *testing.T) {
+		a := upstream(t, pt.Step{Fault: pt.FaultStall})
+		b := upstream(t)
+		s := start(t, targets(a.URL, b.URL)...)
+		left := cancelAfter(t, s, 300*time.Millisecond)
+		select {
+		case at := <-a.PeerClosed():
+			if at.Sub(left) > time.Second {
+				t.Errorf("upstream closed %v after the client left", at.Sub(left))
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the upstream connection stayed open")
+		}
+		time.Sleep(300 * time.Millisecond)
+		if b.Calls() != 0 {
+			t.Fatalf("the second target was called after the client left")
+		}
+		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" {
+			t.Errorf("ledger %v", rec)
+		}
+		if !strings.Contains(s.ScrapeMetrics(), `failover_target_up{target="t0"} 1`) {
+			t.Error("a cancelled attempt must not count against the target")
+		}
+	})
+}
+
+// cancelAfter sends a request and abandons it after d; it returns when the client left.
+func cancelAfter(t *testing.T, s *sidecar.Sidecar, d time.Duration) time.Time {
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(chatBody))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := sidecar.Client.Do(req); err == nil {
+			resp.Body.Close()
+			t.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
+		}
+	}()
+	time.Sleep(d)
+	cancel()
+	left := time.Now()
+	<-done
+	return left
+}
+
+func TestStrategies(t *testing.T) {
+	t.Run("round-robin follows the weights", func(t *testing.T) {
+		a, b := upstream(t), upstream(t)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_0_WEIGHT=3", "FAILOVER_TARGET_1_WEIGHT=1"})...)
+		for range 40 {
+			s.Post("/chat/completions", chatBody)
+		}
+		if a.Calls() != 30 || b.Calls() != 10 {
+			t.Fatalf("calls a=%d b=%d, want 30/10", a.Calls(), b.Calls())
+		}
+	})
+	t.Run("sticky keeps a session on its target", func(t *testing.T) {
+		a, b, c := upstream(t), upstream(t), upstream(t)
+		s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_STRATEGY=sticky"})...)
+		seen := map[string]map[string]bool{}
+		for i := range 60 {
+			session := fmt.Sprintf("session-%d", i%6)
+			r := s.Post("/chat/completions", chatBody, "X-Session-Id: "+session)
+			if seen[session] == nil {
+				seen[session] = map[string]bool{}
+			}
+			seen[session][r.Header.Get("X-Failover-Target")] = true
+		}
+		used := map[string]bool{}
+		for session, ts := range seen {
+			if len(ts) != 1 {
+				t.Errorf("%s moved between targets: %v", session, ts)
+			}
+			for k := range ts {
+				used[k] = true
+			}
+		}
+		if len(used) < 2 {
+			t.Errorf("six sessions all landed on %v", used)
+		}
+		// Without the header: declared order.
+		if r := s.Post("/chat/completions", chatBody); r.Header.Get("X-Failover-Target") != "t0" {
+			t.Errorf("no session header went to %s", r.Header.Get("X-Failover-Target"))
+		}
+	})
+	t.Run("sticky session moves while its target is ejected", func(t *testing.T) {
+		a, b := upstream(t), upstream(t)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_TARGET_0_API_KEY=k", "FAILOVER_TARGET_1_API_KEY=k"})...)
+		var session, home string
+		for i := range 20 {
+			session = fmt.Sprintf("s%d", i)
+			if home = s.Post("/chat/completions", chatBody, "X-Session-Id: "+session).Header.Get("X-Failover-Target"); home == "t0" {
+				break
+			}
+		}
+		a.Script(pt.JSON(401, pt.OpenAIError("bad key", "invalid_request_error", "invalid_api_key")))
+		if r := s.Post("/chat/completions", chatBody, "X-Session-Id: "+session); r.Header.Get("X-Failover-Target") != "t1" {
+			t.Fatalf("got %s", r.Header.Get("X-Failover-Target"))
+		}
+	})
+	t.Run("least-latency prefers the faster target", func(t *testing.T) {
+		slow := pt.JSON(200, pt.ChatCompletion("slow"))
+		slow.Delay = 150 * time.Millisecond
+		a, b := upstream(t, slow), upstream(t)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=least-latency"})...)
+		for range 48 {
+			s.Post("/chat/completions", chatBody)
+		}
+		if b.Calls() < 36 {
+			t.Fatalf("calls slow=%d fast=%d: the fast target should take most", a.Calls(), b.Calls())
+		}
+		if a.Calls() < 2 {
+			t.Fatalf("the slow target was never explored again (%d calls)", a.Calls())
+		}
+	})
+}

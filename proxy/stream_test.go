@@ -1,0 +1,283 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+const streamBody = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}]}`
+
+func joined(chunks []pt.Chunk) string {
+	var b strings.Builder
+	for _, c := range chunks {
+		b.WriteString(c.Data)
+	}
+	return b.String()
+}
+
+func TestStreamSuccessIsByteIdentical(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		chunks           []pt.Chunk
+	}{
+		{"chat", "/chat/completions", streamBody, pt.ChatStream(0, "Hel", "lo", " world")},
+		{"messages", "/messages", `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`, pt.AnthropicStream(0, "Hel", "lo")},
+		{"responses", "/responses", `{"model":"gpt-4o","stream":true,"input":"hi"}`, pt.ResponsesStream(0, "Hel", "lo")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, pt.SSE(tc.chunks...))
+			s := start(t, targets(up.URL)...)
+			r := s.Post(tc.path, tc.body)
+			if r.Status != 200 || r.Err != nil || string(r.Body) != joined(tc.chunks) {
+				t.Fatalf("got %d err=%v\n%q\nwant\n%q", r.Status, r.Err, r.Body, joined(tc.chunks))
+			}
+			if r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("X-Failover-Target") != "t0" {
+				t.Errorf("headers %v", r.Header)
+			}
+			rec := s.WaitLedger(1)[0]
+			if rec["outcome"] != "ok" || rec["stream"] != true {
+				t.Errorf("ledger %v", rec)
+			}
+		})
+	}
+}
+
+func TestStreamBeforeCommit(t *testing.T) {
+	second := pt.ChatStream(0, "from ", "second")
+	tests := []struct {
+		name  string
+		first pt.Step
+		extra []string
+		event string // the named log event expected
+	}{
+		{"error before content transfers", pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("The server had an error", "server_error", "server_error"))...), nil, "stream_candidate_retry_scheduled"},
+		{"error split across reads transfers", pt.SSE(pt.Chunk{Data: pt.ChatRole + "data: {\"err"}, pt.Chunk{Data: "or\":{\"message\":\"overloaded\",\"code\":503}}\n\n", Delay: 20 * time.Millisecond}), nil, "stream_candidate_retry_scheduled"},
+		{"empty stream transfers", pt.SSE(pt.Events(0, pt.ChatRole)...), nil, "stream_candidate_retry_scheduled"},
+		{"[DONE]-only stream transfers", pt.SSE(pt.Events(0, pt.Done)...), nil, "stream_candidate_retry_scheduled"},
+		{"first-byte timeout transfers", pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
+			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_transport_retry_scheduled"},
+		{"headers never coming transfers on first-byte timeout", pt.Step{Fault: pt.FaultStall}, []string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_transport_retry_scheduled"},
+		{"reset before content transfers", func() pt.Step {
+			s := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("never sent"))...)
+			s.Fault, s.FaultBytes = pt.FaultResetAfter, 150
+			return s
+		}(), nil, "stream_transport_retry_scheduled"},
+		{"success rule on a held event transfers", pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("I cannot help with that [filtered]"), pt.Done)...),
+			[]string{"FAILOVER_SUCCESS_RULE_0_PATTERN=\\[filtered\\]"}, "stream_candidate_retry_scheduled"},
+		{"429 before headers transfers", pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded")), nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, tc.first)
+			b := upstream(t, pt.SSE(second...))
+			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
+			r := s.Post("/chat/completions", streamBody)
+			if r.Status != 200 || r.Err != nil || string(r.Body) != joined(second) {
+				t.Fatalf("client got %d err=%v:\n%q\nwant only the second target's bytes:\n%q", r.Status, r.Err, r.Body, joined(second))
+			}
+			if a.Calls() != 1 || b.Calls() != 1 {
+				t.Fatalf("calls a=%d b=%d", a.Calls(), b.Calls())
+			}
+			rec := s.WaitLedger(1)[0]
+			ledger := rec["ledger"].([]any)
+			if rec["outcome"] != "ok_after_failover" || len(ledger) != 2 {
+				t.Fatalf("ledger %v", rec)
+			}
+			if first := ledger[0].(map[string]any); first["action"] != "transfer" || first["phase"] == "committed" {
+				t.Fatalf("first attempt %v", first)
+			}
+			if tc.event != "" && len(s.Records(tc.event)) != 1 {
+				t.Errorf("want one %s event, log:\n%s", tc.event, s.Log.String())
+			}
+		})
+	}
+}
+
+func TestStreamStopRuleOnAnInStreamError(t *testing.T) {
+	over := pt.AnthropicStreamError("overloaded_error", "Overloaded")
+	a := upstream(t, pt.SSE(pt.Events(0, pt.AnthropicStream(0)[0].Data, over)...))
+	b := upstream(t, pt.SSE(pt.AnthropicStream(0, "hi")...))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STOP_RULE_0_STATUSES=529"})...)
+	r := s.Post("/messages", `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`)
+	if r.Status != 529 || string(r.Body) != pt.AnthropicError("overloaded_error", "Overloaded") || b.Calls() != 0 {
+		t.Fatalf("got %d %s, second called %d times", r.Status, r.Body, b.Calls())
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("content type %q", ct)
+	}
+}
+
+func TestStreamPeekLimitCommits(t *testing.T) {
+	// Opening events only, more than the peek limit: the stream commits (no unbounded
+	// buffering), so the error that follows is after commit and reaches the client.
+	var events []string
+	for range 40 {
+		events = append(events, ": keep-alive padding padding padding padding padding\n\n")
+	}
+	events = append(events, pt.ChatError("late failure", "server_error", "server_error"))
+	a := upstream(t, pt.SSE(pt.Events(0, events...)...))
+	b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
+	r := s.Post("/chat/completions", streamBody)
+	if r.Status != 200 || b.Calls() != 0 {
+		t.Fatalf("status %d, second called %d times", r.Status, b.Calls())
+	}
+	if !strings.HasPrefix(string(r.Body), events[0]) || !strings.Contains(string(r.Body), "late failure") {
+		t.Fatalf("body %q", r.Body)
+	}
+	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
+		t.Errorf("peek_limit commit not counted:\n%s", m)
+	}
+}
+
+func TestStreamAfterCommit(t *testing.T) {
+	content := []string{pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatDelta(" world")}
+	tests := []struct {
+		name  string
+		step  pt.Step
+		extra []string
+	}{
+		{"content then a dropped connection", func() pt.Step {
+			s := pt.SSE(pt.Events(10*time.Millisecond, content...)...)
+			s.Fault = pt.FaultTruncate
+			return s
+		}(), nil},
+		{"content then a reset", func() pt.Step {
+			s := pt.SSE(pt.Events(0, append(content, pt.ChatDelta("never"))...)...)
+			s.Fault, s.FaultBytes = pt.FaultResetAfter, 120+len(joined(pt.Events(0, content...)))+30
+			return s
+		}(), nil},
+		{"content then silence past the idle timeout", pt.SSE(append(pt.Events(0, content...), pt.Chunk{Data: pt.Done, Delay: 3 * time.Second})...),
+			[]string{"FAILOVER_IDLE_TIMEOUT=300ms"}},
+		{"content then a clean end without [DONE]", pt.SSE(pt.Events(0, content...)...), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, tc.step)
+			b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
+			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
+			r := s.Post("/chat/completions", streamBody)
+			if r.Status != 200 || !strings.Contains(string(r.Body), `"content":"Hello"`) {
+				t.Fatalf("got %d %q", r.Status, r.Body)
+			}
+			if r.Err == nil {
+				t.Fatalf("the stream ended cleanly; the client must see an error:\n%s", r.Body)
+			}
+			if !strings.Contains(string(r.Body), `"code":"stream_interrupted"`) {
+				t.Fatalf("no final error event in %q", r.Body)
+			}
+			if strings.Count(string(r.Body), `"role":"assistant"`) != 1 || strings.Contains(string(r.Body), "second") {
+				t.Fatalf("replayed after commit: %q", r.Body)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if b.Calls() != 0 {
+				t.Fatalf("second target called %d times after commit", b.Calls())
+			}
+			rec := s.WaitLedger(1)[0]
+			if rec["outcome"] != "partial" {
+				t.Errorf("outcome %v", rec["outcome"])
+			}
+		})
+	}
+}
+
+func TestStreamInterruptedEventShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, body string
+		chunks           []pt.Chunk
+		want             string
+	}{
+		{"messages", "/messages", `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`, pt.AnthropicStream(0, "Hel")[:4],
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"},
+		{"responses", "/responses", `{"model":"gpt-4o","stream":true,"input":"hi"}`, pt.ResponsesStream(0, "Hel")[:5],
+			"event: error\ndata: {\"type\":\"error\",\"code\":\"stream_interrupted\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			step := pt.SSE(tc.chunks...)
+			step.Fault = pt.FaultTruncate
+			up := upstream(t, step)
+			s := start(t, targets(up.URL)...)
+			r := s.Post(tc.path, tc.body)
+			if r.Err == nil || !strings.HasPrefix(string(r.Body), joined(tc.chunks)) || !strings.Contains(string(r.Body), tc.want) {
+				t.Fatalf("err=%v body:\n%s", r.Err, r.Body)
+			}
+		})
+	}
+}
+
+func TestStreamClientDisconnectClosesUpstream(t *testing.T) {
+	var chunks []pt.Chunk
+	chunks = append(chunks, pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("first")})
+	for range 50 {
+		chunks = append(chunks, pt.Chunk{Data: pt.ChatDelta("tick"), Delay: 2 * time.Second})
+	}
+	up := upstream(t, pt.SSE(chunks...))
+	s := start(t, targets(up.URL)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "assistant") {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	left := time.Now()
+	cancel()
+	resp.Body.Close()
+	select {
+	case at := <-up.PeerClosed():
+		if d := at.Sub(left); d > time.Second {
+			t.Fatalf("the upstream connection was closed %v after the client left", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the upstream connection stayed open after the client left")
+	}
+	rec := s.WaitLedger(1)[0]
+	if rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
+		t.Errorf("ledger %v", rec)
+	}
+}
+
+func TestStreamEventsArriveAsProduced(t *testing.T) {
+	const gap = 300 * time.Millisecond
+	up := upstream(t, pt.SSE(pt.ChatStream(gap, "one", "two", "three")...))
+	s := start(t, targets(up.URL)...)
+	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var arrivals []time.Time
+	for {
+		line, err := br.ReadString('\n')
+		if strings.HasPrefix(line, "data: ") {
+			arrivals = append(arrivals, time.Now())
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// role, one, two, three, finish, [DONE]: the content events must come spread out, the way
+	// the upstream produced them, not all at the end.
+	if len(arrivals) != 6 {
+		t.Fatalf("%d events", len(arrivals))
+	}
+	if spread := arrivals[3].Sub(arrivals[1]); spread < gap {
+		t.Fatalf("events were batched: content events arrived within %v", spread)
+	}
+}
