@@ -226,9 +226,10 @@ func TestRetryBudget(t *testing.T) {
 
 func TestClientGoneStopsEverything(t *testing.T) {
 	t.Run("during a backoff", func(t *testing.T) {
-		a := upstream(t, busy)
+		// Retry-After makes the wait exactly 2 s (a jittered backoff could draw almost nothing).
+		a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 2"))
 		b := upstream(t)
-		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=2s", "FAILOVER_BACKOFF_MAX=2s"})...)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1"})...)
 		cancelAfter(t, s, 300*time.Millisecond)
 		time.Sleep(2500 * time.Millisecond)
 		if a.Calls() != 1 || b.Calls() != 0 {

@@ -1,0 +1,227 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+// metric returns the value of one series on the metrics page, or -1 when absent.
+func metric(page, series string) float64 {
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func TestMetricsMoveWithTraffic(t *testing.T) {
+	a := upstream(t, busy)
+	b := upstream(t)
+	s := start(t, targets(a.URL, b.URL)...)
+	for range 3 {
+		s.Post("/chat/completions", chatBody)
+	}
+	s.Post("/messages", `{"model":"claude","max_tokens":1,"messages":[]}`)
+	page := s.ScrapeMetrics()
+	want := map[string]float64{
+		`failover_requests_total{family="chat",outcome="ok_after_failover"}`:          3,
+		`failover_requests_total{family="messages",outcome="ok_after_failover"}`:      1,
+		`failover_requests_total{family="chat",outcome="ok"}`:                         0,
+		`failover_attempts_total{target="t0",class="server_error",action="transfer"}`: 4,
+		`failover_attempts_total{target="t1",class="ok",action="commit"}`:             4,
+		`failover_request_duration_seconds_count{family="chat"}`:                      3,
+		`failover_upstream_first_byte_seconds_count{target="t0"}`:                     4,
+		`failover_overhead_seconds_count`:                                             4,
+		`failover_inflight_requests`:                                                  0,
+		`failover_target_up{target="t0"}`:                                             1,
+		`failover_stream_commits_total{reason="content"}`:                             0,
+		`failover_budget_exhausted_total{budget="retry_budget"}`:                      0,
+		`failover_empty_responses_total{target="t0"}`:                                 0,
+	}
+	for series, v := range want {
+		if got := metric(page, series); got != v {
+			t.Errorf("%s = %v, want %v", series, got, v)
+		}
+	}
+	for _, family := range []string{"process_resident_memory_bytes", "go_goroutines", `failover_overhead_seconds_bucket{le="0.0001"}`} {
+		if metric(page, family) < 0 {
+			t.Errorf("%s missing", family)
+		}
+	}
+	if !regexp.MustCompile(`failover_request_duration_seconds_bucket\{family="chat",le="600"\} 3`).MatchString(page) {
+		t.Error("duration buckets do not reach minutes")
+	}
+}
+
+func TestLedgerOneRecordPerRequestAndNoSecrets(t *testing.T) {
+	a := upstream(t, pt.JSON(503, pt.OpenAIError("down: prompt was Say hello", "server_error", "")))
+	b := upstream(t, pt.JSON(200, pt.ChatCompletion("the secret answer text")))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-upstream-key-0001", "FAILOVER_TARGET_1_API_KEY=sk-upstream-key-0002",
+		"FAILOVER_INBOUND_TOKEN=inbound-token-0003", "FAILOVER_TARGET_1_HEADERS=X-Org=org-secret-0004", "FAILOVER_EJECT_AFTER=0"})...)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Post("/chat/completions", chatBody, "Authorization: Bearer inbound-token-0003", "X-Request-Id: req-"+strconv.Itoa(i))
+		}()
+	}
+	wg.Wait()
+	s.Post("/chat/completions", chatBody, "X-Request-Id: rejected-1") // no token: rejected, still one record
+	recs := s.WaitLedger(21)
+	if len(recs) != 21 {
+		t.Fatalf("%d records for 21 requests", len(recs))
+	}
+	seen := map[string]int{}
+	for _, rec := range recs {
+		seen[rec["request_id"].(string)]++
+		if rec["request_id"] == "rejected-1" {
+			if rec["outcome"] != "rejected" || rec["status"].(float64) != 401 {
+				t.Errorf("rejected record %v", rec)
+			}
+			continue
+		}
+		ledger := rec["ledger"].([]any)
+		first, second := ledger[0].(map[string]any), ledger[1].(map[string]any)
+		if len(ledger) != 2 || first["target"] != "t0" || first["status"].(float64) != 503 || first["action"] != "transfer" ||
+			first["class"] != "server_error" || first["phase"] != "before_content" || second["action"] != "commit" || second["phase"] != "committed" {
+			t.Errorf("ledger %v", ledger)
+		}
+		if rec["outcome"] != "ok_after_failover" || rec["target"] != "t1" || rec["family"] != "chat" || rec["model"] != "gpt-4o-mini" || rec["attempts"].(float64) != 2 {
+			t.Errorf("record %v", rec)
+		}
+		if _, ok := first["duration_ms"].(float64); !ok {
+			t.Errorf("no duration in %v", first)
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s has %d records", id, n)
+		}
+	}
+	for _, secret := range []string{"sk-upstream-key", "inbound-token-0003", "org-secret-0004", "Say hello", "the secret answer text", "prompt was"} {
+		if strings.Contains(s.Log.String(), secret) {
+			t.Errorf("the log contains %q", secret)
+		}
+	}
+}
+
+func TestLoadShedding(t *testing.T) {
+	slow := pt.JSON(200, pt.ChatCompletion("slow"))
+	slow.Delay = 500 * time.Millisecond
+	up := upstream(t, slow)
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_INFLIGHT=2"})...)
+	var wg sync.WaitGroup
+	results := make(chan sidecar.Response, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- s.Post("/chat/completions", chatBody)
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}
+	wg.Wait()
+	close(results)
+	shed := 0
+	for r := range results {
+		if r.Status == 503 {
+			shed++
+			if r.Header.Get("Retry-After") != "1" || !strings.Contains(string(r.Body), `"code":"overloaded"`) {
+				t.Errorf("shed answer %v %s", r.Header, r.Body)
+			}
+		}
+	}
+	if shed != 2 || up.Calls() != 2 {
+		t.Fatalf("%d shed, %d upstream calls", shed, up.Calls())
+	}
+	rejected := 0
+	for _, rec := range s.WaitLedger(4) {
+		if rec["outcome"] == "rejected" {
+			rejected++
+		}
+	}
+	if rejected != 2 {
+		t.Errorf("%d rejected records", rejected)
+	}
+}
+
+func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
+	up := upstream(t, pt.SSE(pt.ChatStream(150*time.Millisecond, "one", "two", "three", "four")...))
+	s := start(t, targets(up.URL)...)
+	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Srv.Shutdown(ctx)
+		close(done)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := http.Get(s.Metrics + "/readyz"); err == nil {
+		// the probe listener may still answer during the drain, but not ready
+		r, _ := http.Get(s.Metrics + "/readyz")
+		if r != nil && r.StatusCode == 200 {
+			t.Error("ready during shutdown")
+		}
+	}
+	body, err := readAll(resp)
+	if err != nil || !strings.HasSuffix(body, pt.Done) {
+		t.Fatalf("the stream did not finish cleanly: %v %q", err, body)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown did not return after the stream finished")
+	}
+}
+
+func TestShutdownTimeoutInterruptsAStream(t *testing.T) {
+	up := upstream(t, pt.SSE(pt.ChatStream(400*time.Millisecond, "one", "two", "three", "four", "five", "six")...))
+	s := start(t, targets(up.URL)...)
+	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	go s.Srv.Shutdown(ctx)
+	body, err := readAll(resp)
+	if err == nil || !strings.Contains(body, `"code":"stream_interrupted"`) || !strings.Contains(body, "shutting down") {
+		t.Fatalf("err=%v body=%q", err, body)
+	}
+}
+
+func readAll(resp *http.Response) (string, error) {
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			if err.Error() == "EOF" {
+				return b.String(), nil
+			}
+			return b.String(), err
+		}
+	}
+}
