@@ -1,0 +1,203 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "failover-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "failover")
+	build := exec.Command("go", "build", "-o", binary, "../..")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binary:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runBinary runs the binary to completion with env and args.
+func runBinary(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestBadConfigurationExits2NamingEveryProblem(t *testing.T) {
+	env := []string{
+		"FAILOVER_TARGET_0_URL=ftp://example/v1",
+		"FAILOVER_TARGET_0_API_KEY=sk-live-do-not-print-1",
+		"FAILOVER_TARGET_2_URL=https://gap.example/v1",
+		"FAILOVER_RETRY_ON_STATUS=5xx",
+		"FAILOVER_CONNECT_TIMEOUT=5",
+		"FAILOVER_INBOUND_TOKEN= padded-token-do-not-print-2",
+		"FAILOVER_TARGET_0_HEADERS=Authorization=Bearer do-not-print-3;Host=x",
+	}
+	for _, args := range [][]string{nil, {"-check"}} {
+		stdout, stderr, code := runBinary(t, env, args...)
+		if code != 2 {
+			t.Fatalf("%v: exit %d, want 2\n%s", args, code, stderr)
+		}
+		for _, want := range []string{"FAILOVER_TARGET_0_URL", "FAILOVER_TARGET_<i>: indices must be contiguous", "FAILOVER_RETRY_ON_STATUS: unknown variable",
+			"did you mean FAILOVER_RETRY_ON_STATUSES", "FAILOVER_CONNECT_TIMEOUT", "FAILOVER_INBOUND_TOKEN", "FAILOVER_TARGET_0_HEADERS"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%v: stderr lacks %q:\n%s", args, want, stderr)
+			}
+		}
+		for _, secret := range []string{"do-not-print"} {
+			if strings.Contains(stdout+stderr, secret) {
+				t.Errorf("%v: a secret was printed:\n%s%s", args, stdout, stderr)
+			}
+		}
+	}
+}
+
+func TestCheckPrintsTheEffectivePolicy(t *testing.T) {
+	stdout, stderr, code := runBinary(t, []string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_TARGET_0_API_KEY=sk-hidden-1",
+		"FAILOVER_TARGET_1_URL=https://api.anthropic.com/v1", "FAILOVER_TARGET_1_AUTH=x-api-key", "FAILOVER_TARGET_1_API_KEY=sk-hidden-2",
+		"FAILOVER_STOP_RULE_0_STATUSES=400", "FAILOVER_STOP_RULE_0_PATTERN=context_length"}, "-check")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"name=api.openai.com", "name=api.anthropic.com", "auth=x-api-key key=<set>", "FAILOVER_RETRY_ON_STATUSES=429,5xx",
+		`FAILOVER_STOP_RULE_0: statuses=400 pattern="context_length"`, "configuration is valid"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "sk-hidden") {
+		t.Errorf("a key was printed:\n%s", stdout)
+	}
+}
+
+func TestDrill(t *testing.T) {
+	stdout, stderr, code := runBinary(t, nil, "drill")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
+		"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "every target failing", "client cancels"} {
+		if !strings.Contains(stdout, row) {
+			t.Errorf("no row %q:\n%s", row, stdout)
+		}
+	}
+	for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
+		if !strings.Contains(stdout, inv) {
+			t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+		}
+	}
+	// The effective policy is used: with failover disabled, nothing transfers.
+	stdout, _, code = runBinary(t, []string{"FAILOVER_ENABLED=false"}, "drill")
+	if code != 0 || !strings.Contains(stdout, "primary reset→stop") {
+		t.Errorf("drill with FAILOVER_ENABLED=false: exit %d\n%s", code, stdout)
+	}
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
+	up, err := pt.New(pt.SSE(pt.ChatStream(200*time.Millisecond, "one", "two", "three", "four", "five")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	addr, maddr := freePort(t), freePort(t)
+	cmd := exec.Command(binary)
+	cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr,
+		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s"}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + maddr + "/readyz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	resp.Body.Close()
+	if err != nil || !strings.HasSuffix(string(rest), pt.Done) {
+		t.Fatalf("the stream did not complete: %v %q", err, rest)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, logs.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("the sidecar did not exit after the stream finished")
+	}
+	if !strings.Contains(logs.String(), `"msg":"shutting_down"`) || !strings.Contains(logs.String(), `"msg":"stopped"`) {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	// New connections are refused once shutdown began.
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Error("still accepting after exit")
+	}
+}
