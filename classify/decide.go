@@ -10,6 +10,7 @@ package classify
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -26,6 +27,8 @@ type Policy struct {
 	phrases       Phrases
 	stop          []Rule
 	success       []Rule
+	stopFilter    *prefilter
+	successFilter *prefilter
 	retryAfterMax time.Duration
 }
 
@@ -39,7 +42,17 @@ func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Pol
 	if !p.phrases.set {
 		p.phrases, _ = ParsePhrases(DefaultPhrases)
 	}
+	p.stopFilter = newPrefilter(patternsOf(stop))
+	p.successFilter = newPrefilter(patternsOf(success))
 	return p
+}
+
+func patternsOf(rules []Rule) []*regexp.Regexp {
+	out := make([]*regexp.Regexp, len(rules))
+	for i := range rules {
+		out[i] = rules[i].Pattern
+	}
+	return out
 }
 
 // DefaultStatuses is FAILOVER_RETRY_ON_STATUSES when unset.
@@ -192,13 +205,23 @@ func (p *Policy) recoverable(o *Outcome, v Verdict) Verdict {
 	return v
 }
 
+// matchStop reports whether a stop rule holds for this error. Patterns run only when the
+// prefilter says they can match (one pass over the body for the whole group).
 func (p *Policy) matchStop(status int, body []byte) bool {
+	var candidates uint64
+	filtered := false
 	for i := range p.stop {
 		r := &p.stop[i]
 		if !r.Statuses.Empty() && !r.Statuses.Has(status) {
 			continue
 		}
-		if r.Pattern == nil || r.Pattern.Match(body) {
+		if r.Pattern == nil {
+			return true
+		}
+		if !filtered {
+			candidates, filtered = p.stopFilter.candidates(body), true
+		}
+		if candidates&(1<<i) != 0 && r.Pattern.Match(body) {
 			return true
 		}
 	}
@@ -206,8 +229,12 @@ func (p *Policy) matchStop(status int, body []byte) bool {
 }
 
 func (p *Policy) matchSuccess(body []byte) bool {
+	if len(p.success) == 0 {
+		return false
+	}
+	candidates := p.successFilter.candidates(body)
 	for i := range p.success {
-		if p.success[i].Pattern.Match(body) {
+		if candidates&(1<<i) != 0 && p.success[i].Pattern.Match(body) {
 			return true
 		}
 	}
