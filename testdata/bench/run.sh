@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# Load measurement on loopback: the sidecar side by side with a direct connection and with
+# nginx as a reverse proxy, in the same run on the same machine.
+#
+#   bash testdata/bench/run.sh                     # 5 rounds of 3 s per case, about 5 minutes
+#   ROUNDS=3 DURATION=2s bash testdata/bench/run.sh
+#   SIDECAR_BIN=/path/to/failover bash testdata/bench/run.sh   # a prebuilt binary (e.g. with profiling)
+#
+# What it does: installs wrk and nginx with apt-get when they are missing (Debian), builds the
+# sidecar, starts an nginx mock upstream that answers from memory (a 641-byte chat completion,
+# or a 21-event SSE body with text/event-stream when the request sends
+# Accept: text/event-stream), the sidecar pointed at it, and nginx as a reverse proxy to the
+# same mock (keep-alive upstream; proxy_buffering off for SSE). Then wrk -t1 (POST with a JSON
+# body) against the mock directly, nginx and the sidecar, at 10 and 64 connections, chat and
+# SSE, ROUNDS interleaved rounds of DURATION each; it prints medians of requests/s, p50 and
+# p99 latency (wrk --latency), the latency added over the direct connection, the throughput
+# ratio to nginx, and each proxy's CPU time per request (utime+stime from /proc/PID/stat).
+#
+# The mock, the proxy and wrk share the machine's cores: compare ratios and CPU per request
+# measured in the same run, not absolute requests per second. Everything listens on
+# 127.0.0.1 only; every process started here is ended on exit, and temporary files go to one
+# temporary directory that is removed.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-3s}
+WARMUP=${WARMUP:-1s}
+CONNS=${CONNS:-"10 64"}
+WORKLOADS=${WORKLOADS:-"chat sse"}
+PORT_BASE=${PORT_BASE:-28400} # below the ephemeral range (32768-60999 on Linux): no outgoing connection holds these
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "run.sh: $*"; exit 1; }
+
+# --- tools -----------------------------------------------------------------------------------
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	log "installing ${need[*]} with apt-get ..."
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -n "${SIDECAR_BIN:-}" ] || command -v go >/dev/null || die "go is needed to build the sidecar"
+CLK_TCK=$(getconf CLK_TCK)
+
+# --- temporary directory and cleanup ---------------------------------------------------------
+tmp=$(mktemp -d -t failover-bench.XXXXXX)
+chmod 755 "$tmp" # nginx workers (nobody when started as root) read their files here
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- ports -----------------------------------------------------------------------------------
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+next_port=$PORT_BASE
+take_port() { # VAR: the next free port from PORT_BASE on
+	while ! port_free "$next_port"; do next_port=$((next_port + 1)); done
+	printf -v "$1" '%s' "$next_port"
+	next_port=$((next_port + 1))
+}
+MOCK="" NGINX_CHAT="" NGINX_SSE="" SIDECAR="" SIDECAR_METRICS=""
+take_port MOCK
+take_port NGINX_CHAT
+take_port NGINX_SSE
+take_port SIDECAR
+take_port SIDECAR_METRICS
+
+# --- bodies ----------------------------------------------------------------------------------
+# The chat completion, padded to 641 bytes, and a 21-event chat stream: the role, 18 content
+# deltas, the finish and [DONE].
+completion_of() {
+	printf '{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}' "$1"
+}
+base=$(completion_of "")
+sentence="Hello! I am a benchmark answer of a realistic size, neither empty nor long. "
+content=""
+while [ $((${#base} + ${#content})) -lt 641 ]; do content+=$sentence; done
+content=${content:0:$((641 - ${#base}))}
+COMPLETION=$(completion_of "$content")
+[ ${#COMPLETION} -eq 641 ] || die "completion is ${#COMPLETION} bytes"
+
+chunk() { printf 'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":%s,"finish_reason":%s}]}\n\n' "$1" "$2"; }
+{
+	chunk '{"role":"assistant","content":""}' null
+	words=(Hello "there," how can I help you "today?" I can answer "questions," write text and explain things well)
+	for w in "${words[@]}"; do
+		chunk "{\"content\":\"$w \"}" null
+	done
+	chunk '{}' '"stop"'
+	printf 'data: [DONE]\n\n'
+} >"$tmp/sse.txt"
+SSE_EVENTS=$(grep -c '^data: ' "$tmp/sse.txt")
+[ "$SSE_EVENTS" -eq 21 ] || die "the SSE body has $SSE_EVENTS events, want 21"
+
+CHAT_REQ='{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello in one word."}]}'
+SSE_REQ='{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say hello in one word."}]}'
+
+# --- nginx: the mock upstream and the reverse proxy ------------------------------------------
+# nginx quoted strings keep newlines; the bodies hold no quote, backslash or dollar sign.
+cat >"$tmp/mock.conf" <<EOF
+worker_processes 1;
+pid $tmp/mock.pid;
+error_log $tmp/mock-error.log warn;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	keepalive_requests 1000000;
+	keepalive_timeout 300s;
+	client_body_temp_path $tmp/mock-body;
+	proxy_temp_path $tmp/mock-proxy;
+	fastcgi_temp_path $tmp/mock-fastcgi;
+	uwsgi_temp_path $tmp/mock-uwsgi;
+	scgi_temp_path $tmp/mock-scgi;
+	server {
+		listen 127.0.0.1:$MOCK;
+		location = /v1/chat/completions {
+			if (\$http_accept ~* "event-stream") { rewrite ^ /_sse last; }
+			default_type application/json;
+			return 200 '$COMPLETION';
+		}
+		location = /_sse {
+			internal;
+			default_type text/event-stream;
+			return 200 '$(cat "$tmp/sse.txt")
+
+';
+		}
+	}
+}
+EOF
+
+cat >"$tmp/proxy.conf" <<EOF
+worker_processes auto;
+pid $tmp/proxy.pid;
+error_log $tmp/proxy-error.log warn;
+events { worker_connections 4096; }
+http {
+	access_log /dev/null;
+	keepalive_requests 1000000;
+	keepalive_timeout 300s;
+	client_body_temp_path $tmp/proxy-body;
+	proxy_temp_path $tmp/proxy-proxy;
+	fastcgi_temp_path $tmp/proxy-fastcgi;
+	uwsgi_temp_path $tmp/proxy-uwsgi;
+	scgi_temp_path $tmp/proxy-scgi;
+	upstream mock {
+		server 127.0.0.1:$MOCK;
+		keepalive 128;
+		keepalive_requests 1000000;
+	}
+	# chat: nginx's defaults for a JSON API (buffered)
+	server {
+		listen 127.0.0.1:$NGINX_CHAT;
+		location / {
+			proxy_pass http://mock;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+		}
+	}
+	# SSE: unbuffered, as an event stream must be proxied
+	server {
+		listen 127.0.0.1:$NGINX_SSE;
+		location / {
+			proxy_pass http://mock;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+		}
+	}
+}
+EOF
+
+started=""
+start_nginx() { # conf name: the master's pid in $started
+	"$NGINX" -t -q -p "$tmp" -e "$tmp/$2-error.log" -c "$1" || die "nginx rejected $1"
+	"$NGINX" -p "$tmp" -e "$tmp/$2-error.log" -c "$1" -g 'daemon off;' >/dev/null 2>&1 &
+	started=$!
+	pids+=("$started")
+}
+
+SIDECAR_BIN=${SIDECAR_BIN:-}
+if [ -z "$SIDECAR_BIN" ]; then
+	log "building the sidecar ..."
+	(cd "$repo" && go build -o "$tmp/failover" .)
+	SIDECAR_BIN=$tmp/failover
+fi
+
+start_nginx "$tmp/mock.conf" mock
+start_nginx "$tmp/proxy.conf" proxy
+NGINX_PID=$started
+
+env -i PATH="$PATH" \
+	FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
+	FAILOVER_LISTEN="127.0.0.1:$SIDECAR" FAILOVER_METRICS_LISTEN="127.0.0.1:$SIDECAR_METRICS" \
+	FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
+	"$SIDECAR_BIN" >/dev/null 2>&1 &
+SIDECAR_PID=$!
+pids+=("$SIDECAR_PID")
+
+wait_port() {
+	local _
+	for _ in $(seq 100); do
+		curl -fs -o /dev/null "http://127.0.0.1:$1$2" -X "${3:-GET}" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+wait_port "$SIDECAR_METRICS" /healthz || die "the sidecar did not start (try: $SIDECAR_BIN -check)"
+for p in "$MOCK" "$NGINX_CHAT" "$NGINX_SSE"; do
+	wait_port "$p" /v1/chat/completions POST || die "nginx on port $p did not start: $(cat "$tmp"/*-error.log)"
+done
+
+# --- check that every path serves the full answer --------------------------------------------
+url_of() { # config workload
+	case $1-$2 in
+	direct-*) echo "http://127.0.0.1:$MOCK/v1/chat/completions" ;;
+	nginx-chat) echo "http://127.0.0.1:$NGINX_CHAT/v1/chat/completions" ;;
+	nginx-sse) echo "http://127.0.0.1:$NGINX_SSE/v1/chat/completions" ;;
+	sidecar-*) echo "http://127.0.0.1:$SIDECAR/v1/chat/completions" ;;
+	esac
+}
+for cfg in direct nginx sidecar; do
+	got=$(curl -fsS "$(url_of $cfg chat)" -H 'Content-Type: application/json' -d "$CHAT_REQ")
+	[ "$got" = "$COMPLETION" ] || die "$cfg chat answer differs: ${got:0:200}"
+	curl -fsSN "$(url_of $cfg sse)" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
+		-d "$SSE_REQ" -o "$tmp/got.txt"
+	cmp -s "$tmp/got.txt" "$tmp/sse.txt" || die "$cfg stream differs from the mock's: $(head -c 300 "$tmp/got.txt")"
+done
+
+# --- wrk ---------------------------------------------------------------------------------------
+lua_of() { # file body accept
+	{
+		echo 'wrk.method = "POST"'
+		echo "wrk.body = '$2'"
+		echo 'wrk.headers["Content-Type"] = "application/json"'
+		echo 'wrk.headers["Authorization"] = "Bearer sk-bench-not-a-key"'
+		[ -z "$3" ] || echo "wrk.headers[\"Accept\"] = \"$3\""
+	} >"$1"
+}
+lua_of "$tmp/chat.lua" "$CHAT_REQ" ""
+lua_of "$tmp/sse.lua" "$SSE_REQ" "text/event-stream"
+
+# cpu_ticks PID...: utime+stime of the processes and their children (nginx's workers).
+cpu_ticks() {
+	local total=0 p c
+	for p in "$@"; do
+		for c in $p $(awk -v pp="$p" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
+			[ -r "/proc/$c/stat" ] || continue
+			total=$((total + $(awk '{ print $14 + $15 }' "/proc/$c/stat")))
+		done
+	done
+	echo "$total"
+}
+rss_kib() { # PID...: resident memory of the processes and their children
+	local total=0 p c
+	for p in "$@"; do
+		for c in $p $(awk -v pp="$p" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
+			total=$((total + $(awk '/^VmRSS:/ { print $2 }' "/proc/$c/status" 2>/dev/null || echo 0)))
+		done
+	done
+	echo "$total"
+}
+# to_us VALUE: wrk's 123.45us / 1.23ms / 1.02s in microseconds.
+to_us() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /m$/) print n * 60e6; else print n * 1e6 }'; }
+
+results="$tmp/results.tsv"
+: >"$results"
+run_one() { # round workload conns config duration
+	local round=$1 wl=$2 c=$3 cfg=$4 dur=$5 pid="" out before after
+	case $cfg in
+	nginx) pid=$NGINX_PID ;;
+	sidecar) pid=$SIDECAR_PID ;;
+	esac
+	before=0
+	[ -z "$pid" ] || before=$(cpu_ticks "$pid")
+	out=$(wrk -t1 -c"$c" -d"$dur" --latency -s "$tmp/$wl.lua" "$(url_of "$cfg" "$wl")")
+	after=0
+	[ -z "$pid" ] || after=$(cpu_ticks "$pid")
+	[ "$round" -gt 0 ] || return 0
+	local rps p50 p99 reqs errs bad
+	rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+	p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
+	p99=$(to_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+	reqs=$(awk '/requests in/ { print $1 }' <<<"$out")
+	bad=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' <<<"$out")
+	errs=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' <<<"$out")
+	[ -z "$bad" ] || die "$cfg $wl c=$c: $bad answers were not 2xx"
+	[ -z "$errs" ] || [ "$errs" -eq 0 ] || log "warning: $cfg $wl c=$c: $errs socket errors"
+	local cpu="-"
+	[ -z "$pid" ] || cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" >>"$results"
+	printf '  round %s  %-4s c=%-3s %-8s %10.0f req/s  p50 %7.0f us  p99 %7.0f us  cpu/req %s us\n' \
+		"$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" >&2
+}
+
+log "warming up ..."
+for wl in $WORKLOADS; do
+	for c in $CONNS; do
+		for cfg in direct nginx sidecar; do run_one 0 "$wl" "$c" "$cfg" "$WARMUP"; done
+	done
+done
+log "measuring: $ROUNDS interleaved rounds of $DURATION per case ..."
+for round in $(seq "$ROUNDS"); do
+	for wl in $WORKLOADS; do
+		for c in $CONNS; do
+			for cfg in direct nginx sidecar; do run_one "$round" "$wl" "$c" "$cfg" "$DURATION"; done
+		done
+	done
+done
+NGINX_RSS=$(rss_kib "$NGINX_PID")
+SIDECAR_RSS=$(rss_kib "$SIDECAR_PID")
+
+# --- summary ----------------------------------------------------------------------------------
+# Medians over the rounds; added latency and the ratio to nginx are taken per round (same
+# moment, same machine load) and then their median.
+echo
+echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(uname -r)"
+echo "$($NGINX -v 2>&1 | sed 's/^nginx version: //'), $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(go version | awk '{ print $3 }')"
+echo "wrk -t1, $ROUNDS interleaved rounds of $DURATION, medians; latency in microseconds; CPU = the proxy process(es) utime+stime per request"
+echo
+awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" '
+function median(list,    n, a, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+	if (n == 0) return "-"
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+	k = $2 SUBSEP $3 SUBSEP $4
+	rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8
+	r = $1 SUBSEP $2 SUBSEP $3
+	R[r SUBSEP $4 SUBSEP "rps"] = $5; R[r SUBSEP $4 SUBSEP "p50"] = $6; R[r SUBSEP $4 SUBSEP "p99"] = $7
+	rounds[$1] = 1; wls[$2] = 1; conns[$3] = 1
+}
+END {
+	printf "| workload | conns | config | req/s | p50 | p99 | added p50 | added p99 | CPU/req | ratio to nginx |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|\n"
+	split("chat sse", W, " "); split("10 64", C, " "); split("direct nginx sidecar", F, " ")
+	for (wi = 1; wi <= 2; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= 3; fi++) {
+		w = W[wi]; c = C[ci]; f = F[fi]; k = w SUBSEP c SUBSEP f
+		if (!(k in rps)) continue
+		a50 = ""; a99 = ""; ratio = ""
+		for (rd in rounds) {
+			r = rd SUBSEP w SUBSEP c
+			if (!((r SUBSEP f SUBSEP "rps") in R)) continue
+			a50 = a50 " " (R[r SUBSEP f SUBSEP "p50"] - R[r SUBSEP "direct" SUBSEP "p50"])
+			a99 = a99 " " (R[r SUBSEP f SUBSEP "p99"] - R[r SUBSEP "direct" SUBSEP "p99"])
+			ratio = ratio " " (R[r SUBSEP f SUBSEP "rps"] / R[r SUBSEP "nginx" SUBSEP "rps"])
+		}
+		m50 = median(a50); m99 = median(a99); mr = median(ratio)
+		printf "| %s | %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s | %s | %.2f |\n", w, c, f, median(rps[k]), median(p50[k]), median(p99[k]),
+			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99)),
+			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), mr
+		if (f == "sidecar") { S[w, c, "ratio"] = mr; S[w, c, "a50"] = m50; S[w, c, "a99"] = m99 }
+	}
+	printf "\nresident memory after the load: nginx proxy (master and workers) %.1f MiB, sidecar %.1f MiB\n", nginx_rss / 1024, sidecar_rss / 1024
+	printf "\ntargets (sidecar):\n"
+	for (wi = 1; wi <= 2; wi++) {
+		w = W[wi]
+		if ((w, 64, "ratio") in S) printf "  %-4s throughput at 64 connections >= nginx: ratio %.2f  %s\n", w, S[w, 64, "ratio"], (S[w, 64, "ratio"] >= 1 ? "met" : "NOT met")
+		if ((w, 10, "a50") in S) {
+			printf "  %-4s added p50 < 50 µs at 10 connections: %+.0f µs  %s\n", w, S[w, 10, "a50"], (S[w, 10, "a50"] < 50 ? "met" : "NOT met")
+			printf "  %-4s added p99 < 250 µs at 10 connections: %+.0f µs  %s\n", w, S[w, 10, "a99"], (S[w, 10, "a99"] < 250 ? "met" : "NOT met")
+		}
+	}
+}' "$results"
+if [ -n "${RESULTS:-}" ]; then
+	cp "$results" "$RESULTS"
+	log "per-round results: $RESULTS"
+fi
