@@ -110,7 +110,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case sig := <-signals:
-		log.Info("shutting_down", slog.String("signal", sig.String()), slog.Duration("timeout", cfg.Server.ShutdownTimeout))
+		log.Info("shutting_down", slog.String("signal", sig.String()), slog.String("timeout", cfg.Server.ShutdownTimeout.String()))
 	case err := <-errs:
 		log.Error("listener_failed", slog.String("error", err.Error()))
 		return 1
@@ -136,7 +136,7 @@ func newLogger(level, format string, w io.Writer) *slog.Logger {
 		_, noColor := os.LookupEnv("NO_COLOR")
 		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: "15:04:05.000", NoColor: !tty || noColor}))
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
+	return slog.New(proxy.NewJSONHandler(w, lv))
 }
 
 func isTerminal(w io.Writer) bool {

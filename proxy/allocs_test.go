@@ -100,7 +100,7 @@ func newHandlerBench(tb testing.TB, streaming bool) *handlerBench {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(NewJSONHandler(io.Discard, slog.LevelInfo))
 	srv, err := New(cfg, Options{Logger: log})
 	if err != nil {
 		tb.Fatal(err)

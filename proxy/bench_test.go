@@ -100,7 +100,7 @@ func benchSidecar(tb testing.TB, environ ...string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(proxy.NewJSONHandler(io.Discard, slog.LevelInfo))
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
 	if err != nil {
 		tb.Fatal(err)

@@ -45,7 +45,6 @@ type exchange struct {
 	sweep    budget.Sweep
 	budget   budget.Request
 	ledger   Ledger
-	attrs    []slog.Attr
 	cur      attempt
 	probe    bool // the current target was handed out as its probe
 
@@ -388,7 +387,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-// event logs a named event about the current attempt.
+// event logs a named event about the current attempt (rare: budget, stream and health
+// decisions), so a small allocation here is fine.
 func (ex *exchange) event(level slog.Level, msg string, a *attempt, extra ...slog.Attr) {
 	attrs := make([]slog.Attr, 0, 4+len(extra))
 	attrs = append(attrs, slog.String("request_id", string(ex.requestID)), slog.String("target", a.t.Name), slog.Int("attempt", a.n))

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/llm-failover/failover/classify"
 )
@@ -62,10 +63,8 @@ func (l *Ledger) last() *attemptRecord {
 	return &l.entries[l.n-1]
 }
 
-// MarshalJSON renders the attempts as an array of objects; no key, prompt or body is in it.
-// The returned slice is the ledger's own buffer, valid until the next call.
-func (l *Ledger) MarshalJSON() ([]byte, error) {
-	b := l.buf[:0]
+// AppendJSON renders the attempts as a JSON array of objects; no key, prompt or body is in it.
+func (l *Ledger) AppendJSON(b []byte) []byte {
 	b = append(b, '[')
 	for i := 0; i < min(l.n, maxLedger); i++ {
 		r := &l.entries[i]
@@ -75,7 +74,7 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 		b = append(b, `{"attempt":`...)
 		b = strconv.AppendInt(b, int64(i+1), 10)
 		b = append(b, `,"target":`...)
-		b = appendJSONString(b, r.target)
+		b = appendJSONStr(b, r.target)
 		if r.status != 0 {
 			b = append(b, `,"status":`...)
 			b = strconv.AppendInt(b, int64(r.status), 10)
@@ -89,10 +88,10 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 		b = append(b, `","reason":"`...)
 		b = append(b, r.reason.String()...)
 		b = append(b, `","duration_ms":`...)
-		b = strconv.AppendFloat(b, float64(r.duration.Microseconds())/1000, 'f', -1, 64)
+		b = appendMillis(b, r.duration)
 		if r.wait > 0 {
 			b = append(b, `,"wait_ms":`...)
-			b = strconv.AppendFloat(b, float64(r.wait.Microseconds())/1000, 'f', -1, 64)
+			b = appendMillis(b, r.wait)
 		}
 		b = append(b, '}')
 	}
@@ -101,9 +100,12 @@ func (l *Ledger) MarshalJSON() ([]byte, error) {
 		b = strconv.AppendInt(b, int64(l.n-maxLedger), 10)
 		b = append(b, '}')
 	}
-	b = append(b, ']')
-	l.buf = b
-	return b, nil
+	return append(b, ']')
+}
+
+// appendMillis appends d in milliseconds with microsecond precision.
+func appendMillis(b []byte, d time.Duration) []byte {
+	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
 }
 
 // MarshalText renders the attempts on one line for people:
@@ -145,24 +147,59 @@ func (l *Ledger) MarshalText() ([]byte, error) {
 	return b, nil
 }
 
-// logRequest writes the one record per request (msg=request).
-func (ex *exchange) logRequest() {
-	s := ex.srv
-	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
-		return
+// requestRecord is an exchange seen as its ledger record (msg=request, SPEC section 8).
+type requestRecord exchange
+
+// AppendJSONFields renders the record's fields for the JSON log, without allocating.
+func (r *requestRecord) AppendJSONFields(b []byte) []byte {
+	ex := (*exchange)(r)
+	b = append(b, `"request_id":`...)
+	b = appendJSONStr(b, b2s(ex.requestID))
+	b = append(b, `,"family":"`...)
+	b = append(b, familyNames[ex.family]...)
+	b = append(b, `","path":`...)
+	b = appendJSONStr(b, b2s(ex.logPath()))
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, ex.streaming)
+	b = append(b, `,"outcome":"`...)
+	b = append(b, ex.outcome.String()...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(ex.status), 10)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(ex.ledger.n), 10)
+	if len(ex.model) > 0 {
+		b = append(b, `,"model":`...)
+		b = appendJSONStr(b, b2s(ex.logModel()))
 	}
-	attrs := ex.attrs[:0]
-	attrs = append(attrs,
+	if ex.servedModel != nil {
+		b = append(b, `,"served_model":`...)
+		b = appendJSONStr(b, b2s(ex.servedModel))
+	}
+	if ex.servedBy != nil {
+		b = append(b, `,"target":`...)
+		b = appendJSONStr(b, ex.servedBy.Name)
+	}
+	b = append(b, `,"duration_ms":`...)
+	b = appendMillis(b, ex.duration)
+	b = append(b, `,"ledger":`...)
+	return ex.ledger.AppendJSON(b)
+}
+
+// LogValue renders the record for other handlers (the text log): a group with an empty key,
+// which handlers inline.
+func (r *requestRecord) LogValue() slog.Value {
+	ex := (*exchange)(r)
+	attrs := []slog.Attr{
 		slog.String("request_id", string(ex.requestID)),
 		slog.String("family", familyNames[ex.family]),
-		slog.String("path", ex.logPath()),
+		slog.String("path", string(ex.logPath())),
 		slog.Bool("stream", ex.streaming),
 		slog.String("outcome", ex.outcome.String()),
 		slog.Int("status", ex.status),
 		slog.Int("attempts", ex.ledger.n),
-	)
+	}
 	if len(ex.model) > 0 {
-		attrs = append(attrs, slog.String("model", ex.logModel()))
+		attrs = append(attrs, slog.String("model", string(ex.logModel())))
 	}
 	if ex.servedModel != nil {
 		attrs = append(attrs, slog.String("served_model", string(ex.servedModel)))
@@ -170,32 +207,41 @@ func (ex *exchange) logRequest() {
 	if ex.servedBy != nil {
 		attrs = append(attrs, slog.String("target", ex.servedBy.Name))
 	}
-	attrs = append(attrs,
-		slog.Float64("duration_ms", float64(ex.duration.Microseconds())/1000),
-		slog.Any("ledger", &ex.ledger),
-	)
+	text, _ := ex.ledger.MarshalText()
+	attrs = append(attrs, slog.Float64("duration_ms", float64(ex.duration.Microseconds())/1000), slog.String("ledger", string(text)))
+	return slog.GroupValue(attrs...)
+}
+
+// logRequest writes the one record per request (msg=request).
+func (ex *exchange) logRequest() {
+	s := ex.srv
 	level := slog.LevelInfo
 	if ex.outcome == OutcomePartial || ex.outcome == OutcomeExhausted || ex.outcome == OutcomeBudgetExhausted {
 		level = slog.LevelWarn
 	}
-	s.log.LogAttrs(context.Background(), level, "request", attrs...)
-	ex.attrs = attrs[:0]
+	if !s.log.Enabled(context.Background(), level) {
+		return
+	}
+	s.log.LogAttrs(context.Background(), level, "request", slog.Any("", (*requestRecord)(ex)))
 }
 
 // logPath is the request path for the log (the query is left out: it can carry keys).
-func (ex *exchange) logPath() string {
+func (ex *exchange) logPath() []byte {
 	p := ex.path
 	if len(p) > 256 {
 		p = p[:256]
 	}
-	return string(p)
+	return p
 }
 
 // logModel is the requested model for the log, cut to a sane length.
-func (ex *exchange) logModel() string {
+func (ex *exchange) logModel() []byte {
 	m := ex.model
 	if len(m) > 128 {
 		m = m[:128]
 	}
-	return string(m)
+	return m
 }
+
+// b2s views b as a string without copying; the string must not outlive b's contents.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

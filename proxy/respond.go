@@ -57,11 +57,11 @@ func appendErrorBody(dst []byte, f stream.Family, status int, code, message stri
 		dst = append(dst, `{"type":"error","error":{"type":"`...)
 		dst = append(dst, anthropicType(status)...)
 		dst = append(dst, `","message":`...)
-		dst = appendJSONString(dst, message)
+		dst = appendJSONStr(dst, message)
 		return append(dst, `}}`...)
 	}
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendJSONString(dst, message)
+	dst = appendJSONStr(dst, message)
 	dst = append(dst, `,"type":"failover_error","code":"`...)
 	dst = append(dst, code...)
 	return append(dst, `"}}`...)
@@ -76,7 +76,7 @@ func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte 
 	case stream.Responses:
 		dst = append(dst, "event: error\ndata: "...)
 		dst = append(dst, `{"type":"error","code":"`+codeInterrupted+`","message":`...)
-		dst = appendJSONString(dst, message)
+		dst = appendJSONStr(dst, message)
 		dst = append(dst, `,"param":null}`...)
 	case stream.Messages:
 		dst = append(dst, "event: error\ndata: "...)
@@ -86,24 +86,6 @@ func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte 
 		dst = appendErrorBody(dst, f, 502, codeInterrupted, message)
 	}
 	return append(dst, "\n\n"...)
-}
-
-// appendJSONString appends s as a JSON string literal.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
 }
 
 var (

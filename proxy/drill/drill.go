@@ -256,7 +256,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		r.note = " (drill rule)"
 	}
 	var logBuf syncBuffer
-	srv, err := proxy.New(&cfg, proxy.Options{Logger: slog.New(slog.NewJSONHandler(&logBuf, nil))})
+	srv, err := proxy.New(&cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(&logBuf, slog.LevelInfo))})
 	if err != nil {
 		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
 		return r

@@ -67,7 +67,7 @@ func Start(t testing.TB, env ...string) *Sidecar {
 func StartConfig(t testing.TB, cfg *proxy.Config) *Sidecar {
 	t.Helper()
 	buf := &SyncBuffer{}
-	log := slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(proxy.NewJSONHandler(buf, slog.LevelDebug))
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)

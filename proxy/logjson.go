@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// JSONHandler is the slog.Handler for FAILOVER_LOG_FORMAT=json: one JSON object per line,
+// the same shape as slog.JSONHandler ("time", "level", "msg", then the attributes), written
+// without reflection and, for what the request path logs, without allocating. It matters
+// because the sidecar writes one record per request: slog.JSONHandler spends more time on
+// that record (reflection, floats through encoding/json) than the proxy spends on the request.
+//
+// An attribute whose value implements FieldsAppender (whatever its key) is spliced in as
+// top-level fields; one that implements JSONAppender renders its own value. Other values of
+// kind Any fall back to encoding/json. Safe for concurrent use: each record is built in a
+// pooled buffer and written with one Write under a mutex shared by the handler's derivatives.
+type JSONHandler struct {
+	mu    *sync.Mutex
+	w     io.Writer
+	level slog.Leveler
+	pre   []byte // attributes from WithAttrs, rendered, each followed by a comma
+	open  int    // groups opened by WithGroup
+}
+
+// FieldsAppender renders a value as JSON object fields ("a":1,"b":2), without braces.
+type FieldsAppender interface {
+	AppendJSONFields(dst []byte) []byte
+}
+
+// JSONAppender renders a value as one JSON value.
+type JSONAppender interface {
+	AppendJSON(dst []byte) []byte
+}
+
+// NewJSONHandler returns a handler writing to w at level and above.
+func NewJSONHandler(w io.Writer, level slog.Leveler) *JSONHandler {
+	if level == nil {
+		level = slog.LevelInfo
+	}
+	return &JSONHandler{mu: &sync.Mutex{}, w: w, level: level}
+}
+
+// Enabled reports whether records at level are written.
+func (h *JSONHandler) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= h.level.Level()
+}
+
+var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// Handle writes one record as one line.
+func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
+	bp := lineBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, '{')
+	if !r.Time.IsZero() {
+		b = append(b, `"time":"`...)
+		b = r.Time.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"level":"`...)
+	b = append(b, r.Level.String()...)
+	b = append(b, `","msg":`...)
+	b = appendJSONStr(b, r.Message)
+	if len(h.pre) > 0 || r.NumAttrs() > 0 {
+		b = append(b, ',')
+		b = append(b, h.pre...)
+		r.Attrs(func(a slog.Attr) bool {
+			b = appendAttr(b, a)
+			return true
+		})
+		b = trimComma(b)
+	}
+	for range h.open {
+		b = append(b, '}')
+	}
+	b = append(b, '}', '\n')
+	h.mu.Lock()
+	_, err := h.w.Write(b)
+	h.mu.Unlock()
+	if cap(b) <= 64<<10 {
+		*bp = b
+		lineBuffers.Put(bp)
+	}
+	return err
+}
+
+// WithAttrs returns a handler whose records carry attrs.
+func (h *JSONHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	h2 := *h
+	h2.pre = append([]byte(nil), h.pre...)
+	for _, a := range attrs {
+		h2.pre = appendAttr(h2.pre, a)
+	}
+	return &h2
+}
+
+// WithGroup returns a handler that nests the following attributes under name.
+func (h *JSONHandler) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return h
+	}
+	h2 := *h
+	h2.pre = appendJSONStr(append([]byte(nil), h.pre...), name)
+	h2.pre = append(h2.pre, ':', '{')
+	h2.open++
+	return &h2
+}
+
+// appendAttr appends `"key":value,` (or spliced fields followed by a comma).
+func appendAttr(b []byte, a slog.Attr) []byte {
+	if a.Value.Kind() == slog.KindLogValuer || a.Value.Kind() == slog.KindAny {
+		switch v := a.Value.Any().(type) {
+		case FieldsAppender:
+			n := len(b)
+			b = v.AppendJSONFields(b)
+			if len(b) > n {
+				b = append(b, ',')
+			}
+			return b
+		case JSONAppender:
+			b = appendJSONStr(b, a.Key)
+			b = append(b, ':')
+			return append(v.AppendJSON(b), ',')
+		}
+	}
+	v := a.Value.Resolve()
+	if a.Key == "" && v.Kind() != slog.KindGroup {
+		return b
+	}
+	if v.Kind() == slog.KindGroup {
+		attrs := v.Group()
+		if len(attrs) == 0 {
+			return b
+		}
+		if a.Key == "" {
+			for _, ga := range attrs {
+				b = appendAttr(b, ga)
+			}
+			return b
+		}
+		b = appendJSONStr(b, a.Key)
+		b = append(b, ':', '{')
+		for _, ga := range attrs {
+			b = appendAttr(b, ga)
+		}
+		return append(trimComma(b), '}', ',')
+	}
+	b = appendJSONStr(b, a.Key)
+	b = append(b, ':')
+	switch v.Kind() {
+	case slog.KindString:
+		b = appendJSONStr(b, v.String())
+	case slog.KindInt64:
+		b = strconv.AppendInt(b, v.Int64(), 10)
+	case slog.KindUint64:
+		b = strconv.AppendUint(b, v.Uint64(), 10)
+	case slog.KindFloat64:
+		b = strconv.AppendFloat(b, v.Float64(), 'f', -1, 64)
+	case slog.KindBool:
+		b = strconv.AppendBool(b, v.Bool())
+	case slog.KindDuration:
+		b = strconv.AppendInt(b, int64(v.Duration()), 10)
+	case slog.KindTime:
+		b = append(b, '"')
+		b = v.Time().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	default:
+		if err, ok := v.Any().(error); ok {
+			b = appendJSONStr(b, err.Error())
+			break
+		}
+		j, err := json.Marshal(v.Any())
+		if err != nil {
+			b = appendJSONStr(b, "!ERROR:"+err.Error())
+			break
+		}
+		b = append(b, j...)
+	}
+	return append(b, ',')
+}
+
+func trimComma(b []byte) []byte {
+	if len(b) > 0 && b[len(b)-1] == ',' {
+		return b[:len(b)-1]
+	}
+	return b
+}
+
+// appendJSONStr appends s as a JSON string: quotes, backslashes and control characters
+// escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json does.
+func appendJSONStr(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&15])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

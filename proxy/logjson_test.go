@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lmittmann/tint"
+)
+
+// TestJSONHandlerMatchesSlog: every line is valid JSON with the same content slog's own
+// JSON handler produces, for each kind of value and for hostile strings.
+func TestJSONHandlerMatchesSlog(t *testing.T) {
+	when := time.Date(2026, 11, 29, 15, 4, 5, 123456789, time.UTC)
+	attrs := []slog.Attr{
+		slog.String("s", "plain"),
+		slog.String("esc", "quote\" backslash\\ nl\n tab\t ctl\x01 del\x7f <&> \u2028 é 日本"),
+		slog.String("bad utf8", "a\xffb\xc3"),
+		slog.Int("i", -42), slog.Uint64("u", 1<<63), slog.Float64("f", 1.25), slog.Bool("b", true),
+		slog.Duration("d", 1500*time.Millisecond), slog.Time("t", when),
+		slog.Any("err", errors.New("boom")), slog.Any("m", map[string]int{"x": 1}),
+		slog.Group("g", slog.Int("a", 1), slog.String("b", "two")),
+		slog.Group("", slog.Int("inlined", 3)),
+		slog.Group("empty"),
+	}
+	var ours, theirs bytes.Buffer
+	for _, l := range []*slog.Logger{
+		slog.New(NewJSONHandler(&ours, slog.LevelDebug)).With("pre", "x").WithGroup("grp"),
+		slog.New(slog.NewJSONHandler(&theirs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pre", "x").WithGroup("grp"),
+	} {
+		r := slog.NewRecord(when, slog.LevelWarn, "hello \"world\"", 0)
+		r.AddAttrs(attrs...)
+		if err := l.Handler().Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var a, b map[string]any
+	if err := json.Unmarshal(ours.Bytes(), &a); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, ours.String())
+	}
+	if err := json.Unmarshal(theirs.Bytes(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("ours:   %s\nslog's: %s", ours.String(), theirs.String())
+	}
+	if strings.Count(ours.String(), "\n") != 1 {
+		t.Fatalf("not one line: %q", ours.String())
+	}
+}
+
+func testExchange() *exchange {
+	s := &Server{}
+	ex := newExchange(s)
+	ex.requestID = []byte("req-1")
+	ex.path = []byte("/v1/chat/completions")
+	ex.model = []byte("gpt-4o")
+	ex.outcome, ex.status, ex.duration = OutcomeOKAfterFailover, 200, 1234*time.Microsecond
+	ex.servedBy = &Target{Name: "second"}
+	ex.ledger.add(attemptRecord{target: "first", status: 503, duration: time.Millisecond})
+	ex.ledger.add(attemptRecord{target: "second", status: 200, duration: 2 * time.Millisecond})
+	return ex
+}
+
+func TestRequestRecordIsFlatJSON(t *testing.T) {
+	var buf bytes.Buffer
+	slog.New(NewJSONHandler(&buf, slog.LevelInfo)).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if rec["msg"] != "request" || rec["request_id"] != "req-1" || rec["outcome"] != "ok_after_failover" || rec["target"] != "second" ||
+		rec["duration_ms"].(float64) != 1.234 || len(rec["ledger"].([]any)) != 2 {
+		t.Fatalf("record %v", rec)
+	}
+}
+
+func TestRequestRecordInTextLog(t *testing.T) {
+	var buf bytes.Buffer
+	slog.New(tint.NewHandler(&buf, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
+	out := buf.String()
+	for _, want := range []string{"request_id=req-1", "outcome=ok_after_failover", "target=second", "1:first 503", "2:second 200"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text record lacks %q: %s", want, out)
+		}
+	}
+}
