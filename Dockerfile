@@ -1,0 +1,20 @@
+# failover: a static binary on distroless, running as a non-root user (uid 65532).
+#   docker build -t failover .
+#   docker run --rm -p 127.0.0.1:4000:4000 -e FAILOVER_LISTEN=0.0.0.0:4000 \
+#     --env-file testdata/env/openai-anthropic.env -v "$PWD/secrets:/run/secrets:ro" failover
+# Inside a container FAILOVER_LISTEN must be 0.0.0.0:4000 for anything outside the container to
+# reach it (compose, docker run -p); as a Kubernetes pod sidecar the default 127.0.0.1:4000 is right.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/failover .
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/failover /failover
+COPY --from=build /src/LICENSE /LICENSE
+USER nonroot:nonroot
+EXPOSE 4000 9464
+ENTRYPOINT ["/failover"]
