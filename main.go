@@ -8,6 +8,7 @@
 //	failover          run the sidecar
 //	failover -check   validate the environment, print the effective policy, exit 0 or 2
 //	failover drill    play the failure drills against simulated upstreams on loopback
+//	failover healthcheck  exit 0 when the running sidecar's /healthz answers (for images without a shell)
 //
 // This file only wires: it reads the configuration, sets up logging, listeners and signals.
 package main
@@ -18,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,11 +32,12 @@ import (
 	"github.com/llm-failover/failover/proxy/drill"
 )
 
-const usage = `usage: failover [-check | drill]
+const usage = `usage: failover [-check | drill | healthcheck]
 
-  failover          run the sidecar (configured by FAILOVER_* environment variables)
-  failover -check   validate the environment, print the effective policy, exit 0 (valid) or 2
-  failover drill    play the failure drills against simulated upstreams on loopback
+  failover              run the sidecar (configured by FAILOVER_* environment variables)
+  failover -check       validate the environment, print the effective policy, exit 0 (valid) or 2
+  failover drill        play the failure drills against simulated upstreams on loopback
+  failover healthcheck  ask the running sidecar's /healthz (on FAILOVER_METRICS_LISTEN); exit 0 or 1
 `
 
 func main() {
@@ -51,6 +54,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			mode = "check"
 		case "drill":
 			mode = "drill"
+		case "healthcheck":
+			return healthcheck(environ, stderr)
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return 0
@@ -123,6 +128,37 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	srv.Shutdown(ctx)
 	log.Info("stopped")
+	return 0
+}
+
+// healthcheck asks a running sidecar's /healthz on the metrics listener, for container
+// health checks in images without a shell or curl.
+func healthcheck(environ []string, stderr io.Writer) int {
+	addr := ":9464"
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "FAILOVER_METRICS_LISTEN="); ok && v != "" {
+			addr = v
+		}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: FAILOVER_METRICS_LISTEN=%s: %v\n", addr, err)
+		return 1
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: healthcheck: %v\n", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "failover: healthcheck: %s\n", resp.Status)
+		return 1
+	}
 	return 0
 }
 

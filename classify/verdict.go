@@ -128,13 +128,14 @@ const (
 	ReasonTransferLimit                   // FAILOVER_MAX_ATTEMPTS reached
 	ReasonElapsedLimit                    // FAILOVER_MAX_ELAPSED reached
 	ReasonRetryBudget                     // the fleet-wide retry budget is spent
+	ReasonExhausted                       // a transfer found no candidate left (set by the proxy's sweep)
 	NumReasons
 )
 
 var reasonNames = [NumReasons]string{
 	"ok", "no_response", "retryable_status", "phrase", "credential", "quota", "empty", "retry_after",
 	"success_rule", "stop_rule", "not_retryable", "caller_credentials", "cancelled", "committed",
-	"disabled", "transfer_limit", "elapsed_limit", "retry_budget",
+	"disabled", "transfer_limit", "elapsed_limit", "retry_budget", "exhausted",
 }
 
 func (r Reason) String() string {

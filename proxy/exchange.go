@@ -218,15 +218,26 @@ func (ex *exchange) run() {
 		if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
 			v = ex.limit(a, v)
 		}
+		exhausted := false
+		if v.Action == classify.ActionTransfer {
+			// The next candidate the sweep hands out, if any: with none left, the sweep ends
+			// here and this attempt's answer goes back.
+			if pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt); !ok {
+				v.Action, v.Reason, exhausted = classify.ActionStop, classify.ReasonExhausted, true
+			}
+		}
 		ex.record(a, v)
-		switch v.Action {
-		case classify.ActionCommit:
+		switch {
+		case v.Action == classify.ActionCommit:
 			ex.commit(a, ex.successOutcome())
 			return
-		case classify.ActionStop:
+		case exhausted:
+			ex.answer(a, v, OutcomeExhausted)
+			return
+		case v.Action == classify.ActionStop:
 			ex.answer(a, v, ex.stopOutcome(v))
 			return
-		case classify.ActionRetry:
+		case v.Action == classify.ActionRetry:
 			ex.closeConn()
 			if !ex.sleep(v.Wait) {
 				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, OutcomeCancelled)
@@ -234,12 +245,6 @@ func (ex *exchange) run() {
 			}
 			ex.probe = false
 			continue
-		}
-		// Transfer: the next candidate the sweep hands out, if any.
-		pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
-		if !ok {
-			ex.answer(a, v, OutcomeExhausted)
-			return
 		}
 		ex.closeConn()
 		t, ex.probe = s.targets[ex.cands[pos]], probe

@@ -127,6 +127,10 @@ func TestExhaustionReturnsTheLastError(t *testing.T) {
 	if rec["outcome"] != "exhausted" || rec["status"].(float64) != 502 {
 		t.Errorf("ledger %v", rec)
 	}
+	last := rec["ledger"].([]any)[1].(map[string]any)
+	if last["action"] != "stop" || last["reason"] != "exhausted" {
+		t.Errorf("the last attempt says %v/%v; nothing followed it", last["action"], last["reason"])
+	}
 }
 
 func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {

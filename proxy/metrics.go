@@ -114,10 +114,32 @@ func newServerMetrics(targets []*Target) *serverMetrics {
 			}
 			return 1
 		})
-		tm.attempt(classify.ClassNone, classify.ActionCommit) // the common pair, created up front
+		for c := range classify.NumClasses {
+			for a := range classify.NumActions {
+				if attemptPairExists(c, a) {
+					tm.attempt(c, a)
+				}
+			}
+		}
 		t.metrics = tm
 	}
 	return m
+}
+
+// attemptPairExists tells which class/action pairs an attempt can end with, so that exactly
+// those series are created at start (a pair not listed is still created on first use).
+func attemptPairExists(c classify.Class, a classify.Action) bool {
+	switch c {
+	case classify.ClassNone:
+		return a == classify.ActionCommit
+	case classify.ClassCancelled:
+		return a == classify.ActionStop
+	case classify.ClassInterrupted:
+		return false // a committed attempt's end is in the ledger, not in attempts_total
+	case classify.ClassSuccessRule:
+		return a == classify.ActionTransfer || a == classify.ActionStop
+	}
+	return a != classify.ActionCommit
 }
 
 // attempt returns the counter for one attempt class and action.

@@ -101,11 +101,14 @@ func TestModelAndPathFilters(t *testing.T) {
 	if r := s.Post("/messages", `{"model":"claude-sonnet-4"}`); string(r.Body) != `{"from":"anthropic"}` {
 		t.Errorf("messages: %s", r.Body)
 	}
+	if r := s.Post("/messagesx", `{"model":"claude-sonnet-4"}`); r.Status != 404 {
+		t.Errorf("a path prefix must match whole segments: /v1/messagesx got %d", r.Status)
+	}
 	r := s.Post("/chat/completions", `{"model":"llama-3"}`)
 	if r.Status != 404 || !strings.Contains(string(r.Body), `"code":"no_target"`) {
 		t.Errorf("unserved model: %d %s", r.Status, r.Body)
 	}
-	if rec := s.Ledger()[2]; rec["outcome"] != "rejected" {
+	if rec := s.Ledger()[3]; rec["outcome"] != "rejected" {
 		t.Errorf("ledger %v", rec)
 	}
 }

@@ -10,7 +10,7 @@ import (
 // so an SDK raises its usual exception with a useful message.
 //
 //	chat, responses, other: {"error":{"message":"...","type":"failover_error","code":"..."}}
-//	messages (Anthropic):   {"type":"error","error":{"type":"api_error","message":"..."}}
+//	messages (Anthropic):   {"type":"error","error":{"type":"api_error","message":"...","code":"..."}}
 
 // Sidecar error codes.
 const (
@@ -30,35 +30,16 @@ const (
 	codeBadRequest      = "bad_request"
 )
 
-// anthropicType names the Anthropic error type for a status.
-func anthropicType(status int) string {
-	switch status {
-	case 400, 431:
-		return "invalid_request_error"
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error"
-	case 503, 529:
-		return "overloaded_error"
-	}
-	return "api_error"
-}
-
-// appendErrorBody appends a family-shaped error document.
-func appendErrorBody(dst []byte, f stream.Family, status int, code, message string) []byte {
+// appendErrorBody appends a family-shaped error document. The Anthropic shape carries the
+// sidecar's code too, beside type and message, so that Messages clients can tell no_target
+// from upstream_timeout; SDKs read type and message and ignore the rest.
+func appendErrorBody(dst []byte, f stream.Family, code, message string) []byte {
 	if f == stream.Messages {
-		dst = append(dst, `{"type":"error","error":{"type":"`...)
-		dst = append(dst, anthropicType(status)...)
-		dst = append(dst, `","message":`...)
+		dst = append(dst, `{"type":"error","error":{"type":"api_error","message":`...)
 		dst = appendJSONStr(dst, message)
-		return append(dst, `}}`...)
+		dst = append(dst, `,"code":"`...)
+		dst = append(dst, code...)
+		return append(dst, `"}}`...)
 	}
 	dst = append(dst, `{"error":{"message":`...)
 	dst = appendJSONStr(dst, message)
@@ -80,10 +61,10 @@ func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte 
 		dst = append(dst, `,"param":null}`...)
 	case stream.Messages:
 		dst = append(dst, "event: error\ndata: "...)
-		dst = appendErrorBody(dst, f, 500, codeInterrupted, message)
+		dst = appendErrorBody(dst, f, codeInterrupted, message)
 	default:
 		dst = append(dst, "data: "...)
-		dst = appendErrorBody(dst, f, 502, codeInterrupted, message)
+		dst = appendErrorBody(dst, f, codeInterrupted, message)
 	}
 	return append(dst, "\n\n"...)
 }
@@ -97,5 +78,5 @@ var (
 func writeError(ctx *fasthttp.RequestCtx, f stream.Family, status int, code, message string) {
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
-	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(message)), f, status, code, message))
+	ctx.Response.SetBodyRaw(appendErrorBody(make([]byte, 0, 128+len(message)), f, code, message))
 }

@@ -24,7 +24,6 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
-	"github.com/llm-failover/failover/stream"
 )
 
 // maxHeaderBytes bounds a request's header block (SPEC section 7: 431 above 16 KiB).
@@ -235,18 +234,16 @@ func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
 // serveProxy is the proxy listener's handler.
 func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	if !bytes.HasPrefix(path, prefixV1) {
-		if s.serveHealth(ctx, path) {
-			return
-		}
-		writeError(ctx, stream.Other, fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
-		return
+	if !bytes.HasPrefix(path, prefixV1) && s.serveHealth(ctx, path) {
+		return // probes are not requests: no ledger record
 	}
 	s.active.Add(1)
 	inflight := s.metrics.inflight.Add(1)
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
 	switch {
+	case !bytes.HasPrefix(path, prefixV1):
+		ex.reject(fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
 	case s.closing.Load():
 		ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 	case s.cfg.Server.MaxInflight > 0 && inflight > int64(s.cfg.Server.MaxInflight):

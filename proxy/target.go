@@ -105,13 +105,14 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config) (*Tar
 	return t, nil
 }
 
-// serves reports whether the target serves this request path and requested model. A request
-// without a model (multipart audio, GET /v1/models) is not filtered by model.
+// serves reports whether the target serves this request path and requested model. A path
+// prefix matches whole segments ("/v1/chat" serves /v1/chat/completions, not /v1/chatter). A
+// request without a model (multipart audio, GET /v1/models) is not filtered by model.
 func (t *Target) serves(path, model []byte) bool {
 	if len(t.paths) > 0 {
 		ok := false
 		for _, p := range t.paths {
-			if bytes.HasPrefix(path, p) {
+			if hasPathPrefix(path, b2s(p)) {
 				ok = true
 				break
 			}
@@ -209,6 +210,9 @@ func parsePaths(s string) ([][]byte, error) {
 		p = strings.TrimSpace(p)
 		if !strings.HasPrefix(p, "/v1/") && p != "/v1" {
 			return nil, fmt.Errorf("%q: a path prefix starts with /v1/, like /v1/messages", p)
+		}
+		if trimmed := strings.TrimRight(p, "/"); trimmed != "" {
+			p = trimmed
 		}
 		out = append(out, []byte(p))
 	}

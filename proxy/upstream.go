@@ -122,8 +122,13 @@ type dialError struct {
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
+// dial connects within FAILOVER_CONNECT_TIMEOUT: one deadline for TCP and TLS together.
 func (p *pool) dial() (*upConn, error) {
-	d := net.Dialer{Timeout: p.connectTimeout, KeepAlive: 30 * time.Second}
+	var deadline time.Time
+	if p.connectTimeout > 0 {
+		deadline = time.Now().Add(p.connectTimeout)
+	}
+	d := net.Dialer{Deadline: deadline, KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(context.Background(), "tcp", p.addr)
 	if err != nil {
 		return nil, &dialError{err: err}
@@ -137,9 +142,7 @@ func (p *pool) dial() (*upConn, error) {
 	c := &upConn{conn: conn, fd: socketOf(tcp)}
 	if p.tlsConfig != nil {
 		tc := tls.Client(conn, p.tlsConfig)
-		if p.connectTimeout > 0 {
-			tc.SetDeadline(time.Now().Add(p.connectTimeout))
-		}
+		tc.SetDeadline(deadline)
 		if err := tc.Handshake(); err != nil {
 			conn.Close()
 			return nil, &dialError{err: err, tls: true}

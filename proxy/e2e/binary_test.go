@@ -164,6 +164,9 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if _, stderr, code := runBinary(t, []string{"FAILOVER_METRICS_LISTEN=" + maddr}, "healthcheck"); code != 0 {
+		t.Fatalf("healthcheck of a running sidecar: exit %d %s", code, stderr)
+	}
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
 	resp, err := sidecar.Client.Do(req)
 	if err != nil {
@@ -192,6 +195,9 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the sidecar did not exit after the stream finished")
+	}
+	if _, stderr, code := runBinary(t, []string{"FAILOVER_METRICS_LISTEN=" + maddr}, "healthcheck"); code != 1 {
+		t.Errorf("healthcheck of a stopped sidecar: exit %d %s", code, stderr)
 	}
 	if !strings.Contains(logs.String(), `"msg":"shutting_down"`) || !strings.Contains(logs.String(), `"msg":"stopped"`) {
 		t.Errorf("logs:\n%s", logs.String())
