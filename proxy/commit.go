@@ -207,7 +207,10 @@ func (ex *exchange) startPipe(a *attempt, body io.Reader) {
 	size := -1
 	if a.sse {
 		p.held = ex.gate.Held()
-		ctx.Response.ImmediateHeaderFlush = true
+		// The held bytes are written at once with the headers in one flush; only a stream
+		// committed with nothing held (at headers) flushes its headers on their own, so the
+		// client is not kept waiting for them.
+		ctx.Response.ImmediateHeaderFlush = len(p.held) == 0
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
 	} else {
 		p.held = a.body

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -53,7 +54,6 @@ type exchange struct {
 	upResp   fasthttp.Response
 	conn     *upConn
 	respBody []byte
-	readBuf  []byte
 	gate     stream.Gate
 	reusable bool // the upstream response was read to its end and the connection may be pooled
 
@@ -124,8 +124,13 @@ var hopByHop = [][]byte{
 var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key")}
 
 func newExchange(s *Server) *exchange {
-	return &exchange{srv: s, readBuf: make([]byte, 16<<10), clientFD: -2}
+	return &exchange{srv: s, clientFD: -2}
 }
+
+// peekBuffers lend the buffer a stream is read into before commit; the gate copies what it
+// keeps, so the buffer goes back as soon as the gate decides and an idle committed stream
+// holds none.
+var peekBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // begin reads what the sidecar needs from the request.
 func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
@@ -667,14 +672,17 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 		a.kind = classify.KindStreamEmpty
 		return
 	}
+	bp := peekBuffers.Get().(*[]byte)
+	defer peekBuffers.Put(bp)
+	buf := *bp
 	for {
 		if err := ex.waitData(c, deadline); err != nil {
 			ex.fail(a, err)
 			return
 		}
-		n, err := body.Read(ex.readBuf)
+		n, err := body.Read(buf)
 		if n > 0 {
-			switch g.Feed(ex.readBuf[:n]) {
+			switch g.Feed(buf[:n]) {
 			case stream.Commit:
 				a.kind, a.body, a.commitReason, a.bodyErr = classify.KindStreamCommit, g.Events(), g.Reason(), err
 				return

@@ -24,7 +24,11 @@ var phaseNames = [...]string{"before_headers", "before_content", "committed"}
 func (p Phase) String() string { return phaseNames[p] }
 
 // maxLedger bounds the attempts one record lists; further attempts are counted, not listed.
-const maxLedger = 32
+// The first inlineLedger live in the exchange itself; the rest in a slice kept with it.
+const (
+	maxLedger    = 32
+	inlineLedger = 6
+)
 
 // attemptRecord is one line of the ledger. Target points at the target's immutable name.
 type attemptRecord struct {
@@ -41,33 +45,44 @@ type attemptRecord struct {
 // Ledger lists a request's attempts. It renders as a JSON array for the JSON log and as a
 // compact line for the text log. Owned by one exchange; not safe for concurrent use.
 type Ledger struct {
-	n       int
-	entries [maxLedger]attemptRecord
-	buf     []byte
+	n      int
+	inline [inlineLedger]attemptRecord
+	more   []attemptRecord
 }
 
-func (l *Ledger) reset() { l.n = 0 }
+func (l *Ledger) reset() { l.n, l.more = 0, l.more[:0] }
 
 func (l *Ledger) add(r attemptRecord) {
-	if l.n < maxLedger {
-		l.entries[l.n] = r
+	switch {
+	case l.n < inlineLedger:
+		l.inline[l.n] = r
+	case l.n < maxLedger:
+		l.more = append(l.more, r)
 	}
 	l.n++
 }
 
-// last returns the newest listed record, to amend its action after the budgets ruled.
+// entry returns the i-th listed record (i < min(n, maxLedger)).
+func (l *Ledger) entry(i int) *attemptRecord {
+	if i < inlineLedger {
+		return &l.inline[i]
+	}
+	return &l.more[i-inlineLedger]
+}
+
+// last returns the newest listed record, to amend it when a committed stream ends.
 func (l *Ledger) last() *attemptRecord {
 	if l.n == 0 || l.n > maxLedger {
 		return nil
 	}
-	return &l.entries[l.n-1]
+	return l.entry(l.n - 1)
 }
 
 // AppendJSON renders the attempts as a JSON array of objects; no key, prompt or body is in it.
 func (l *Ledger) AppendJSON(b []byte) []byte {
 	b = append(b, '[')
 	for i := 0; i < min(l.n, maxLedger); i++ {
-		r := &l.entries[i]
+		r := l.entry(i)
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -108,12 +123,11 @@ func appendMillis(b []byte, d time.Duration) []byte {
 	return strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
 }
 
-// MarshalText renders the attempts on one line for people:
-// "1:openai 503 server_error before_content transfer 12ms | 2:anthropic 200 ok ...".
-func (l *Ledger) MarshalText() ([]byte, error) {
-	b := l.buf[:0]
+// AppendText renders the attempts on one line for people:
+// "1:openai 503 server_error before_content transfer(retryable_status) 12ms | 2:anthropic 200 ...".
+func (l *Ledger) AppendText(b []byte) []byte {
 	for i := 0; i < min(l.n, maxLedger); i++ {
-		r := &l.entries[i]
+		r := l.entry(i)
 		if i > 0 {
 			b = append(b, " | "...)
 		}
@@ -143,8 +157,7 @@ func (l *Ledger) MarshalText() ([]byte, error) {
 		b = strconv.AppendInt(b, int64(l.n-maxLedger), 10)
 		b = append(b, " more"...)
 	}
-	l.buf = b
-	return b, nil
+	return b
 }
 
 // requestRecord is an exchange seen as its ledger record (msg=request, SPEC section 8).
@@ -207,8 +220,7 @@ func (r *requestRecord) LogValue() slog.Value {
 	if ex.servedBy != nil {
 		attrs = append(attrs, slog.String("target", ex.servedBy.Name))
 	}
-	text, _ := ex.ledger.MarshalText()
-	attrs = append(attrs, slog.Float64("duration_ms", float64(ex.duration.Microseconds())/1000), slog.String("ledger", string(text)))
+	attrs = append(attrs, slog.Float64("duration_ms", float64(ex.duration.Microseconds())/1000), slog.String("ledger", string(ex.ledger.AppendText(nil))))
 	return slog.GroupValue(attrs...)
 }
 

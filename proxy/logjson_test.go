@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,27 @@ func TestRequestRecordInTextLog(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("text record lacks %q: %s", want, out)
 		}
+	}
+}
+
+func TestLedgerListsAtMost32Attempts(t *testing.T) {
+	var l Ledger
+	for i := range 40 {
+		l.add(attemptRecord{target: "t" + strconv.Itoa(i), status: 503})
+	}
+	var doc []map[string]any
+	if err := json.Unmarshal(l.AppendJSON(nil), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) != 33 || doc[31]["target"] != "t31" || doc[32]["more_attempts"].(float64) != 8 {
+		t.Fatalf("%d entries: first %v, last %v", len(doc), doc[0], doc[len(doc)-1])
+	}
+	if text := string(l.AppendText(nil)); !strings.Contains(text, "32:t31 503") || !strings.HasSuffix(text, "+8 more") {
+		t.Fatalf("text: %s", text)
+	}
+	l.reset()
+	l.add(attemptRecord{target: "again"})
+	if l.n != 1 || len(l.more) != 0 || l.last().target != "again" {
+		t.Fatal("reset did not start over")
 	}
 }

@@ -107,7 +107,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
-		Logger:                        quietLogger{},
+		// The 16 KiB read buffer (sized for the header limit) is only needed while a request
+		// is read: released before the handler runs, an idle committed stream does not hold it.
+		ReduceMemoryUsage: true,
+		Logger:            quietLogger{},
 	}
 	s.probes = &fasthttp.Server{
 		Handler:               s.serveProbes,

@@ -79,7 +79,11 @@ func (p *pool) get(now time.Time) (*upConn, error) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if now.Sub(c.idleSince) > idleConnTimeout || c.br.Buffered() > 0 || peerClosed(c.fd) {
+		idle := now.Sub(c.idleSince)
+		// A connection idle for under a second is taken as alive without a syscall: servers
+		// close idle keep-alive connections after seconds, and a stale one that slips through
+		// is caught when its first read fails and redialled once (see exchange.do).
+		if idle > idleConnTimeout || c.br.Buffered() > 0 || idle > time.Second && peerClosed(c.fd) {
 			c.conn.Close()
 			continue
 		}
