@@ -85,7 +85,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return drill.Run(cfg, stdout)
 	}
 
-	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, stderr)
+	// Log lines are batched (at most 100 ms) so that the per-request record does not cost a
+	// write(2) of its own under load; everything is flushed before exit.
+	logOut := proxy.NewLogWriter(stderr, 100*time.Millisecond)
+	defer logOut.Close()
+	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, logOut, isTerminal(stderr))
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "failover: %v\n", err)
@@ -164,10 +168,9 @@ func healthcheck(environ []string, stderr io.Writer) int {
 
 // newLogger returns the slog logger: tint (coloured on a terminal, NO_COLOR respected) for
 // text, slog's JSON handler for json; auto picks text on a terminal and json otherwise.
-func newLogger(level, format string, w io.Writer) *slog.Logger {
+func newLogger(level, format string, w io.Writer, tty bool) *slog.Logger {
 	var lv slog.Level
 	lv.UnmarshalText([]byte(level)) //nolint:errcheck // validated by proxy.Load
-	tty := isTerminal(w)
 	if format == "text" || format == "auto" && tty {
 		_, noColor := os.LookupEnv("NO_COLOR")
 		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: "15:04:05.000", NoColor: !tty || noColor}))

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,4 +114,54 @@ func TestLedgerListsAtMost32Attempts(t *testing.T) {
 	if l.n != 1 || len(l.more) != 0 || l.last().target != "again" {
 		t.Fatal("reset did not start over")
 	}
+}
+
+func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
+	var out syncedBuffer
+	w := NewLogWriter(&out, 20*time.Millisecond)
+	log := slog.New(NewJSONHandler(w, slog.LevelInfo))
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 2000 {
+				log.Info("line", slog.Int("g", g), slog.Int("i", i), slog.String("pad", strings.Repeat("x", 50)))
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	time.Sleep(60 * time.Millisecond) // the interval flush, without Close
+	if n := strings.Count(out.String(), "\n"); n < 15000 {
+		t.Fatalf("only %d of 16000 lines after the flush interval", n)
+	}
+	w.Close()
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 16000 {
+		t.Fatalf("%d lines, want 16000", len(lines))
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("a line was torn: %q", l)
+		}
+	}
+}
+
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
