@@ -204,6 +204,9 @@ func (ex *exchange) run() {
 	ex.probe = probe
 	for n := 1; ; n++ {
 		if s.abort.Load() {
+			if ex.probe {
+				t.health.Release() // the probe this request held told nothing
+			}
 			ex.closeConn()
 			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 			return
