@@ -80,6 +80,7 @@ type Gate struct {
 	reason   CommitReason
 	errData  []byte
 	finished bool // the family's terminal event was seen
+	failed   bool // an error event went by after commit
 }
 
 // Reset readies g for a new response of family f. peekLimit is the most bytes
@@ -95,6 +96,7 @@ func (g *Gate) Reset(f Family, peekLimit int) {
 	g.reason = ReasonContent
 	g.errData = nil
 	g.finished = false
+	g.failed = false
 }
 
 // Feed appends a copy of p to the held bytes, frames the events it completes,
@@ -184,9 +186,17 @@ func (g *Gate) Observe(p []byte) {
 	for len(p) > 0 && !g.finished {
 		n, ok := g.fr.Next(p)
 		p = p[n:]
-		g.finished = ok && isTerminal(g.family, g.fr.Event())
+		if ok {
+			ev := g.fr.Event()
+			g.failed = g.failed || isErrorEvent(g.family, ev)
+			g.finished = isTerminal(g.family, ev)
+		}
 	}
 }
+
+// Failed reports whether an error event went by after Commit: the upstream failed after
+// output began, even if it then ended its stream properly.
+func (g *Gate) Failed() bool { return g.failed }
 
 // Finished reports whether the committed stream reached a proper end: for
 // chat, `data: [DONE]`; for responses, response.completed,

@@ -38,6 +38,27 @@ func isTerminal(f Family, ev Event) bool {
 	return false
 }
 
+// isErrorEvent reports whether ev, seen after commit, is an error event of family f. Like
+// isTerminal it reads only the captured prefix of the data, never a whole event.
+func isErrorEvent(f Family, ev Event) bool {
+	typ, hasErr := scanTopLevel(ev.Data)
+	if lt := leadingType(ev.Data); lt != nil {
+		typ = lt
+	}
+	switch f {
+	case Responses:
+		switch string(typ) {
+		case "error", "response.error", "response.failed":
+			return true
+		}
+	case Messages:
+		if string(typ) == "error" {
+			return true
+		}
+	}
+	return hasErr || typ == nil && string(ev.Name) == "error"
+}
+
 // scanTopLevel walks the top-level members of the JSON object that b starts
 // (b may be cut anywhere) and returns the raw value of the first string
 // "type" member and whether the first "error" member is not null. It stops at
