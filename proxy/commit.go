@@ -213,12 +213,14 @@ func (ex *exchange) startPipe(a *attempt, body io.Reader) {
 		ctx.Response.ImmediateHeaderFlush = len(p.held) == 0
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
 	} else {
+		// Chunked too (size stays -1), even when the upstream sent a Content-Length: fasthttp
+		// flushes a chunked body per read but buffers a fixed-size one, so a failure would close
+		// the connection before the status and the bytes already read went out, and the client
+		// would see a bare EOF instead of a committed answer that broke off.
 		p.held = a.body
+		ctx.Response.ImmediateHeaderFlush = len(p.held) == 0
 		if ex.family == stream.Image {
 			ex.srv.metrics.streamCommits[stream.ReasonHeaders].Inc()
-		}
-		if cl := ex.upResp.Header.ContentLength(); cl >= 0 {
-			size = cl
 		}
 	}
 	// A stream has no write deadline: the idle timeout between upstream reads bounds it.
@@ -269,6 +271,7 @@ func (p *pipe) Read(b []byte) (int, error) {
 		return p.interrupt("the sidecar is shutting down")
 	}
 	n, err := p.body.Read(b)
+	err = ex.conn.cause(err)
 	if n > 0 {
 		if p.sse {
 			ex.gate.Observe(b[:n])
@@ -285,6 +288,12 @@ func (p *pipe) end(err error) (int, error) {
 	switch {
 	case err == nil:
 		return 0, nil
+	case err == errClientGone:
+		return 0, errClientGone
+	case err == errDeadline:
+		return p.interrupt("the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
+	case err == errShutdown:
+		return p.interrupt("the sidecar is shutting down")
 	case err != io.EOF:
 		return p.interrupt("the upstream connection failed after output began")
 	case p.sse && !p.ex.gate.Finished():
@@ -317,6 +326,11 @@ func (p *pipe) CloseWithError(err error) error {
 	s := ex.srv
 	clientLeft := ex.gone || (err != nil && !errors.Is(err, errInterrupted) && !p.interrupted)
 	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
+	if p.sse && ex.gate.Failed() {
+		// The upstream's own error event reached the client, which needs no second one: the
+		// stream still failed after output began.
+		p.interrupted = true
+	}
 	if p.interrupted {
 		o.Kind = classify.KindInterrupted
 	}

@@ -70,6 +70,8 @@ type exchange struct {
 
 	clientFD int // the client's socket, -2 until looked up
 	gone     bool
+	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
+	stopFn   func() bool
 }
 
 // attempt is one try on one target.
@@ -124,7 +126,9 @@ var hopByHop = [][]byte{
 var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key")}
 
 func newExchange(s *Server) *exchange {
-	return &exchange{srv: s, clientFD: -2}
+	ex := &exchange{srv: s, clientFD: -2}
+	ex.goneFn, ex.stopFn = ex.clientGone, s.abort.Load
+	return ex
 }
 
 // peekBuffers lend the buffer a stream is read into before commit; the gate copies what it
@@ -219,7 +223,9 @@ func (ex *exchange) run() {
 			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
 			RetriesLeft: ex.budget.RetryAllowed(t.retries), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-			ClientGone: ex.gone,
+			// Looked at again now: the attempt may have ended on its own deadline after the
+			// client left, and no attempt may start after that (SPEC section 4, rule 1).
+			ClientGone: ex.clientGone(),
 		}
 		v := s.policy.Decide(&o)
 		ex.applyHealth(a, v)
@@ -457,39 +463,24 @@ func (ex *exchange) clientGone() bool {
 	return ex.gone
 }
 
-// waitData blocks until the upstream connection has an unread byte, the deadline passes
-// (errDeadline), or the client leaves (errClientGone); a zero deadline waits without limit.
-// Other read errors are left for the following read to report. On return the connection's
-// read deadline is the real one, so a read cannot be cut by a polling slice halfway through a
-// chunk header.
+// waitData arms c's reads with deadline and the client and shutdown watchers, then blocks
+// until the connection has an unread byte, the deadline passes (errDeadline), the client
+// leaves (errClientGone) or the shutdown timeout passes (errShutdown); a zero deadline waits
+// without limit. Other read errors are left for the following read to report. The reads that
+// follow (headers, body, chunk framing) stay armed, so none of them can outlive the deadline
+// or the client.
 func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
+	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
 	if c.br.Buffered() > 0 {
 		return nil
 	}
 	start := time.Now()
-	defer func() { ex.waited += time.Since(start) }()
-	for {
-		now := time.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return errDeadline
-		}
-		slice := now.Add(pollInterval)
-		if !deadline.IsZero() && deadline.Before(slice) {
-			slice = deadline
-		}
-		c.conn.SetReadDeadline(slice)
-		_, err := c.br.Peek(1)
-		if err == nil || !isTimeout(err) {
-			c.conn.SetReadDeadline(deadline)
-			return nil
-		}
-		if ex.clientGone() {
-			return errClientGone
-		}
-		if ex.srv.abort.Load() {
-			return errShutdown
-		}
+	_, err := c.br.Peek(1)
+	ex.waited += time.Since(start)
+	if err != nil && c.rd.why != nil {
+		return c.rd.why
 	}
+	return nil
 }
 
 // deadline returns now+d, or the zero time (no deadline) when d is 0.
@@ -552,7 +543,7 @@ func (ex *exchange) do(a *attempt) {
 			return
 		}
 		if c.reused && tries == 0 {
-			if _, err := c.br.Peek(1); err != nil && !isTimeout(err) {
+			if _, err := c.br.Peek(1); err != nil && c.rd.why == nil {
 				c.conn.Close()
 				continue // closed before answering: the request never reached a live server
 			}
@@ -565,7 +556,7 @@ func (ex *exchange) do(a *attempt) {
 	resp.StreamBody = true
 	resp.SkipBody = ex.head
 	if err := resp.Read(c.br); err != nil {
-		ex.fail(a, err)
+		ex.fail(a, c.cause(err))
 		return
 	}
 	a.phase = PhaseBeforeContent
@@ -652,7 +643,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 		}
 		if err != nil {
 			ex.respBody = b
-			ex.fail(a, err)
+			ex.fail(a, c.cause(err))
 			return
 		}
 	}
@@ -687,7 +678,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 		if n > 0 {
 			switch g.Feed(buf[:n]) {
 			case stream.Commit:
-				a.kind, a.body, a.commitReason, a.bodyErr = classify.KindStreamCommit, g.Events(), g.Reason(), err
+				a.kind, a.body, a.commitReason, a.bodyErr = classify.KindStreamCommit, g.Events(), g.Reason(), c.cause(err)
 				return
 			case stream.Error:
 				a.kind, a.body = classify.KindStreamError, g.ErrorData()
@@ -707,7 +698,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 			return
 		}
 		if err != nil {
-			ex.fail(a, err)
+			ex.fail(a, c.cause(err))
 			return
 		}
 	}

@@ -44,9 +44,65 @@ const (
 type upConn struct {
 	conn      net.Conn // what HTTP goes through (*net.TCPConn or *tls.Conn)
 	fd        int      // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
-	br        *bufio.Reader
+	rd        pollReader
+	br        *bufio.Reader // reads through rd
 	idleSince time.Time
 	reused    bool
+}
+
+// pollReader is what an upstream connection's buffered reader reads through. It cuts every
+// blocking read into slices of pollInterval, so a read blocked anywhere (waiting for the
+// status line, halfway through the headers, inside a chunk's framing) still ends at the
+// attempt's deadline, when the client leaves, or at the shutdown timeout. A slice that ends
+// without data is never seen by fasthttp's parsers, only those three endings are; the reader
+// records which one it was in why, because the parsers wrap the error they get
+// (fasthttp.ErrBrokenChunk does not unwrap). Owned by the attempt using the connection.
+type pollReader struct {
+	conn     net.Conn
+	deadline time.Time   // zero: no deadline
+	gone     func() bool // the client left; nil when there is nobody to watch
+	stop     func() bool // the shutdown timeout passed
+	why      error       // errDeadline, errClientGone or errShutdown once a read gave up
+}
+
+// arm sets the deadline and the watchers for the reads that follow.
+func (r *pollReader) arm(deadline time.Time, gone, stop func() bool) {
+	r.deadline, r.gone, r.stop, r.why = deadline, gone, stop, nil
+}
+
+func (r *pollReader) Read(p []byte) (int, error) {
+	for {
+		now := time.Now()
+		if !r.deadline.IsZero() && !now.Before(r.deadline) {
+			r.why = errDeadline
+			return 0, errDeadline
+		}
+		slice := now.Add(pollInterval)
+		if !r.deadline.IsZero() && r.deadline.Before(slice) {
+			slice = r.deadline
+		}
+		r.conn.SetReadDeadline(slice)
+		n, err := r.conn.Read(p)
+		if n > 0 || err == nil || !isTimeout(err) {
+			return n, err
+		}
+		switch {
+		case r.gone != nil && r.gone():
+			r.why = errClientGone
+			return 0, errClientGone
+		case r.stop != nil && r.stop():
+			r.why = errShutdown
+			return 0, errShutdown
+		}
+	}
+}
+
+// cause returns why a read on c failed: the pollReader's reason when it gave up, else err.
+func (c *upConn) cause(err error) error {
+	if err != nil && c.rd.why != nil {
+		return c.rd.why
+	}
+	return err
 }
 
 // pool holds one target's idle connections (LIFO, so the warmest is reused first). Safe for
@@ -154,7 +210,8 @@ func (p *pool) dial() (*upConn, error) {
 		tc.SetDeadline(time.Time{})
 		c.conn = tc
 	}
-	c.br = bufio.NewReaderSize(c.conn, upstreamBufferSize)
+	c.rd.conn = c.conn
+	c.br = bufio.NewReaderSize(&c.rd, upstreamBufferSize)
 	return c, nil
 }
 
@@ -177,34 +234,6 @@ var errClientGone = errors.New("client went away")
 
 // errDeadline is the error of a wait that reached its deadline.
 var errDeadline = errors.New("deadline reached")
-
-// waitData blocks until c has at least one unread byte, the deadline passes (errDeadline),
-// or gone reports that the client left (errClientGone). A zero deadline waits forever. On
-// return the connection's read deadline is the real one, so a following read cannot be cut by
-// a polling slice halfway through a chunk header.
-func waitData(c *upConn, deadline time.Time, gone func() bool) error {
-	for c.br.Buffered() == 0 {
-		now := time.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return errDeadline
-		}
-		slice := now.Add(pollInterval)
-		if !deadline.IsZero() && deadline.Before(slice) {
-			slice = deadline
-		}
-		c.conn.SetReadDeadline(slice)
-		if _, err := c.br.Peek(1); err != nil {
-			if !isTimeout(err) {
-				return err
-			}
-			if gone != nil && gone() {
-				return errClientGone
-			}
-		}
-	}
-	c.conn.SetReadDeadline(deadline)
-	return nil
-}
 
 func isTimeout(err error) bool {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
