@@ -40,18 +40,24 @@ type requestFields struct {
 }
 
 // scanRequest reads the top-level "model" and "stream" of a JSON object without decoding the
-// document. A body that is not a well-formed JSON object (multipart audio, garbage) yields
-// json=false and no fields: it is forwarded untouched and treated as non-streaming. Later
-// duplicate keys win, as in most JSON parsers. It never allocates and never recurses.
+// document; it does validate all of it (RFC 8259, nesting up to maxNesting), so it agrees with
+// encoding/json on what is JSON. A body that is not a well-formed JSON object (multipart
+// audio, garbage) yields json=false and no fields: it is forwarded untouched and treated as
+// non-streaming. Later duplicate keys win, as in most JSON parsers. It never allocates and
+// never recurses.
 func scanRequest(b []byte) requestFields {
 	f := requestFields{modelStart: -1}
+	var objects nesting
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return requestFields{modelStart: -1}
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		f.json = skipWS(b, i+1) == len(b)
+		if skipWS(b, i+1) != len(b) {
+			return requestFields{modelStart: -1}
+		}
+		f.json = true
 		return f
 	}
 	for {
@@ -69,7 +75,7 @@ func scanRequest(b []byte) requestFields {
 		}
 		i = skipWS(b, i+1)
 		valStart := i
-		i = skipValue(b, i)
+		i = objects.skipValue(b, i)
 		if i < 0 {
 			return requestFields{modelStart: -1}
 		}
@@ -109,69 +115,200 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string literal starting at b[i] == '"', or -1.
+// maxNesting is how deep objects and arrays may nest, the request's own object included:
+// encoding/json's limit, so that both agree on what is JSON. A deeper body is not JSON to the
+// scanner (it is forwarded untouched, like any other).
+const maxNesting = 10000
+
+// skipString returns the index just past the string literal starting at b[i] == '"', or -1
+// when it is not a valid JSON string (a raw control character, a bad escape, no end).
 func skipString(b []byte, i int) int {
-	i++
-	for {
-		j := bytes.IndexAny(b[i:], "\"\\")
-		if j < 0 {
-			return -1
+	for i++; i < len(b); i++ {
+		if plainStringByte[b[i]] {
+			continue
 		}
-		i += j
-		if b[i] == '"' {
+		switch b[i] {
+		case '"':
 			return i + 1
+		case '\\':
+			if i++; i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+					return -1
+				}
+				i += 4
+			default:
+				return -1
+			}
+		default:
+			return -1 // a raw control character
 		}
-		i += 2 // a backslash escapes the next byte
-		if i > len(b) {
+	}
+	return -1
+}
+
+// plainStringByte marks the bytes a JSON string holds as they are: all but the quote, the
+// backslash and the control characters.
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// skipValue returns the index just past the JSON value starting at b[i], or -1 when there is
+// no valid JSON value there. Objects and arrays are validated without recursion: a bit per
+// open container says whether it is an object, so hostile nesting cannot exhaust the stack,
+// and nothing is allocated.
+func skipValue(b []byte, i int) int {
+	var objects nesting
+	return objects.skipValue(b, i)
+}
+
+// nesting has a bit per open container, set when it is an object. Bits are written before
+// they are read, so one nesting serves any number of values.
+type nesting [(maxNesting + 63) / 64]uint64
+
+// skipValue is the package skipValue, keeping its stack in objects.
+func (objects *nesting) skipValue(b []byte, i int) int {
+	depth := 0 // containers open inside this value
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
 			return -1
+		}
+		switch c := b[i]; c {
+		case '"':
+			i = skipString(b, i)
+		case '{', '[':
+			if depth+2 > maxNesting { // +1 for the request's own object
+				return -1
+			}
+			if c == '{' {
+				objects[depth/64] |= 1 << (depth % 64)
+			} else {
+				objects[depth/64] &^= 1 << (depth % 64)
+			}
+			depth++
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == c+2 { // '}' is '{'+2 and ']' is '['+2: empty
+				i++
+				depth--
+				break
+			}
+			if c == '{' {
+				i = skipMemberName(b, i)
+			}
+			if i < 0 {
+				return -1
+			}
+			continue // the container's first value
+		case 't':
+			i = skipLiteral(b, i, "true")
+		case 'f':
+			i = skipLiteral(b, i, "false")
+		case 'n':
+			i = skipLiteral(b, i, "null")
+		default:
+			i = skipNumber(b, i)
+		}
+		if i < 0 {
+			return -1
+		}
+		// A value ended at i: close containers until one goes on with a comma.
+		for {
+			if depth == 0 {
+				return i
+			}
+			if i = skipWS(b, i); i >= len(b) {
+				return -1
+			}
+			obj := objects[(depth-1)/64]&(1<<((depth-1)%64)) != 0
+			if b[i] == ',' {
+				if i = skipWS(b, i+1); obj {
+					i = skipMemberName(b, i)
+				}
+				if i < 0 {
+					return -1
+				}
+				break
+			}
+			if obj && b[i] != '}' || !obj && b[i] != ']' {
+				return -1
+			}
+			i++
+			depth--
 		}
 	}
 }
 
-// skipValue returns the index just past the JSON value starting at b[i], or -1. Objects and
-// arrays are skipped by counting brackets outside strings; their contents are not validated.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
+// skipMemberName skips an object member's name and its colon, and returns where its value
+// starts, or -1.
+func skipMemberName(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	switch c := b[i]; {
-	case c == '"':
-		return skipString(b, i)
-	case c == '{' || c == '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				if i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
+	if i = skipString(b, i); i < 0 {
 		return -1
+	}
+	if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipWS(b, i+1)
+}
+
+func skipLiteral(b []byte, i int, lit string) int {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return -1
+	}
+	return i + len(lit)
+}
+
+// skipNumber returns the index just past the JSON number at b[i], or -1.
+func skipNumber(b []byte, i int) int {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = skipDigits(b, i)
 	default:
-		start := i
-		for i < len(b) {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				if i == start {
-					return -1
-				}
-				return i
-			}
-			i++
-		}
 		return -1
 	}
+	if i < len(b) && b[i] == '.' {
+		if j := skipDigits(b, i+1); j > i+1 {
+			i = j
+		} else {
+			return -1
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := skipDigits(b, i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // appendUpstreamURI writes the upstream request URI: the target's base path, the request path
