@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"hash/maphash"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -82,9 +81,9 @@ func (s *sticky) first(eligible []int, ex *exchange) int {
 }
 
 // leastLatency picks the eligible target with the lowest recent time to first byte. One
-// request in exploreEvery goes to a random eligible target instead, so a target that was slow
-// (or ejected) is measured again and noticed once it recovers; a target never measured is
-// tried first.
+// request in exploreEvery goes to one of the others instead, in turn, so a target that was
+// slow (or ejected) is measured again and noticed once it recovers; a target never measured
+// is tried first.
 type leastLatency struct {
 	targets []*Target
 	n       atomic.Uint64
@@ -93,9 +92,7 @@ type leastLatency struct {
 const exploreEvery = 16
 
 func (l *leastLatency) first(eligible []int, _ *exchange) int {
-	if l.n.Add(1)%exploreEvery == 0 {
-		return rand.IntN(len(eligible))
-	}
+	k := l.n.Add(1)
 	best, bestNS := 0, int64(-1)
 	for pos, i := range eligible {
 		ns := l.targets[i].latencyNS.Load()
@@ -105,6 +102,13 @@ func (l *leastLatency) first(eligible []int, _ *exchange) int {
 		if bestNS < 0 || ns < bestNS {
 			best, bestNS = pos, ns
 		}
+	}
+	if k%exploreEvery == 0 && len(eligible) > 1 {
+		other := int(k/exploreEvery) % (len(eligible) - 1)
+		if other >= best {
+			other++
+		}
+		return other
 	}
 	return best
 }
