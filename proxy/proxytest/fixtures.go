@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -118,4 +119,33 @@ func ResponsesStream(gap time.Duration, words ...string) []Chunk {
 	events = append(events, fmt.Sprintf("event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":%d,\"response\":{\"id\":\"resp_test\",\"object\":\"response\",\"status\":\"completed\",\"error\":null,\"output\":[{\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":%s}]}]}}\n\n",
 		4+len(words), strconv.Quote(strings.Join(words, ""))))
 	return Events(gap, events...)
+}
+
+// RateLimited answers 429 with an OpenAI rate-limit error (not a quota error) and the given
+// extra header lines, typically one of RetryAfterSeconds, RetryAfterDate or RetryAfterMs.
+func RateLimited(header ...string) Step {
+	return JSON(429, OpenAIError("Rate limit reached for requests", "requests", "rate_limit_exceeded"), header...)
+}
+
+// RetryAfterSeconds is a Retry-After header line in the delay-seconds form.
+func RetryAfterSeconds(s int) string { return "Retry-After: " + strconv.Itoa(s) }
+
+// RetryAfterDate is a Retry-After header line in the HTTP-date form (IMF-fixdate), d from
+// now. HTTP-dates have whole seconds, so the wait a reader computes is within a second of d.
+func RetryAfterDate(d time.Duration) string {
+	return "Retry-After: " + time.Now().Add(d).UTC().Format(http.TimeFormat)
+}
+
+// RetryAfterMs is a retry-after-ms header line (OpenAI, Azure).
+func RetryAfterMs(ms int) string { return "retry-after-ms: " + strconv.Itoa(ms) }
+
+// Overloaded answers 529 with Anthropic's overloaded_error.
+func Overloaded() Step {
+	return JSON(529, AnthropicError("overloaded_error", "Overloaded"))
+}
+
+// WrongContentType answers 200 with body but a Content-Type that does not match what the
+// request asked for (a JSON document to a stream request, say).
+func WrongContentType(contentType, body string) Step {
+	return Step{Status: 200, Header: []string{"Content-Type: " + contentType}, Body: body}
 }

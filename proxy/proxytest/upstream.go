@@ -1,18 +1,21 @@
 // Package proxytest provides a scripted fake LLM provider for tests and the drill: a real
 // fasthttp server on 127.0.0.1:0 that answers each call with the next step of a script
 // (status, headers, body, SSE chunks, delays) or a fault produced on the real socket
-// (refused port, reset, stall, garbage, truncated chunked body, trickle), and records what it
-// received. Nothing is mocked: the sidecar under test talks TCP to it.
+// (refused port, connect stall, reset, stall, garbage, truncated body, trickle), and records
+// what it received. Nothing is mocked: the sidecar under test talks TCP to it.
 package proxytest
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,15 +25,17 @@ import (
 type Fault int
 
 const (
-	FaultNone       Fault = iota
-	FaultReset            // reset the connection before any byte of the response
-	FaultClose            // close the connection (FIN) before any byte of the response
-	FaultResetAfter       // send FaultBytes bytes of the raw response, then reset
-	FaultStall            // never answer; hold the connection until the peer closes it
-	FaultStallAfter       // send FaultBytes bytes of the raw response, then hold the connection silently
-	FaultGarbage          // answer with bytes that are not HTTP, then close
-	FaultTruncate         // send the chunks, then close without the final zero-length chunk
-	FaultTrickle          // send the raw response one byte at a time, ChunkDelay apart
+	FaultNone         Fault = iota
+	FaultReset              // reset the connection before any byte of the response
+	FaultClose              // close the connection (FIN) before any byte of the response
+	FaultResetAfter         // send FaultBytes bytes of the raw response, then reset
+	FaultStall              // never answer; hold the connection until the peer closes it
+	FaultStallAfter         // send FaultBytes bytes of the raw response, then hold the connection silently
+	FaultGarbage            // answer with bytes that are not HTTP, then close
+	FaultTruncate           // send the chunks, then close without the final zero-length chunk
+	FaultTrickle            // send the raw response one byte at a time, ChunkDelay apart
+	FaultCloseAfter         // send FaultBytes bytes of the raw response, then close (FIN): a body cut short
+	FaultGarbageAfter       // send FaultBytes bytes of the raw response, then bytes that are not HTTP, then close
 )
 
 // Step is one scripted answer.
@@ -43,7 +48,7 @@ type Step struct {
 	Chunks     []Chunk
 	Delay      time.Duration // before anything is sent
 	Fault      Fault
-	FaultBytes int           // for FaultResetAfter and FaultStallAfter: bytes of the raw response first
+	FaultBytes int           // for the Fault*After faults: bytes of the raw response first
 	ChunkDelay time.Duration // for FaultTrickle
 }
 
@@ -69,13 +74,15 @@ type Upstream struct {
 	// URL is the base URL a target uses: http://127.0.0.1:<port>/v1.
 	URL string
 
-	ln     net.Listener
-	srv    *fasthttp.Server
-	mu     sync.Mutex
-	script []Step
-	base   int // calls before the current script
-	reqs   []Request
-	calls  atomic.Int64
+	ln      net.Listener
+	srv     *fasthttp.Server
+	mu      sync.Mutex
+	script  []Step
+	respond func(*Request) Step // when set, chooses every step instead of the script
+	base    int                 // calls before the current script
+	reqs    []Request
+	forget  bool // received requests are not kept (a long soak)
+	calls   atomic.Int64
 	// closedAt records when the peer closed a connection the upstream was still answering on
 	// (a stalled or streaming step): how the sidecar's "close the upstream at once" is seen.
 	closed chan time.Time
@@ -92,7 +99,10 @@ func New(script ...Step) (*Upstream, error) {
 	u := &Upstream{ln: ln, script: script, closed: make(chan time.Time, 64)}
 	u.URL = "http://" + ln.Addr().String() + "/v1"
 	// Hijacked connections are kept: play owns the raw socket until it closes it.
-	u.srv = &fasthttp.Server{Handler: u.handle, NoDefaultServerHeader: true, NoDefaultDate: true, Logger: quiet{}, KeepHijackedConns: true}
+	// Providers take header blocks far larger than fasthttp's 4 KiB default: so does this one,
+	// so the sidecar's own 16 KiB limit is what a test sees.
+	u.srv = &fasthttp.Server{Handler: u.handle, NoDefaultServerHeader: true, NoDefaultDate: true, Logger: quiet{}, KeepHijackedConns: true,
+		ReadBufferSize: 64 << 10}
 	go u.srv.Serve(ln) //nolint:errcheck // ends at Close
 	return u, nil
 }
@@ -113,6 +123,33 @@ func (u *Upstream) Script(steps ...Step) {
 	u.mu.Lock()
 	u.script = steps
 	u.base = int(u.calls.Load())
+	u.mu.Unlock()
+}
+
+// NewResponder starts an upstream whose every answer is chosen by respond from the request
+// it received (respond runs on the upstream's goroutines, concurrently: it must be safe for
+// that). Faults and delays work as in a script.
+func NewResponder(respond func(*Request) Step) (*Upstream, error) {
+	u, err := New()
+	if err != nil {
+		return nil, err
+	}
+	u.Respond(respond)
+	return u, nil
+}
+
+// Respond makes respond choose the answer to every following call, instead of the script.
+func (u *Upstream) Respond(respond func(*Request) Step) {
+	u.mu.Lock()
+	u.respond = respond
+	u.mu.Unlock()
+}
+
+// KeepRequests(false) stops keeping what arrives (Requests then lists only what came
+// before), so a long soak does not hold every request body; KeepRequests(true) resumes.
+func (u *Upstream) KeepRequests(keep bool) {
+	u.mu.Lock()
+	u.forget = !keep
 	u.mu.Unlock()
 }
 
@@ -149,12 +186,18 @@ func (u *Upstream) handle(ctx *fasthttp.RequestCtx) {
 		r.Header[string(k)] = string(v)
 	}
 	u.mu.Lock()
-	u.reqs = append(u.reqs, r)
+	if !u.forget {
+		u.reqs = append(u.reqs, r)
+	}
 	step := Step{Status: 200, Header: []string{"Content-Type: application/json"}, Body: ChatCompletion("Hello")}
+	respond := u.respond
 	if len(u.script) > 0 {
 		step = u.script[min(n-u.base, len(u.script))-1]
 	}
 	u.mu.Unlock()
+	if respond != nil {
+		step = respond(&r)
+	}
 	if step.Status == 0 {
 		step.Status = 200
 	}
@@ -219,7 +262,7 @@ func (u *Upstream) play(c net.Conn, s Step) {
 		c.Close()
 		return
 	case FaultGarbage:
-		c.Write([]byte("\x16\x03\x01 this is not HTTP at all\r\n\r\n")) //nolint:errcheck
+		c.Write([]byte(garbage)) //nolint:errcheck
 		c.Close()
 		return
 	case FaultStall:
@@ -227,13 +270,22 @@ func (u *Upstream) play(c net.Conn, s Step) {
 		u.notePeerClosed()
 		c.Close()
 		return
-	case FaultResetAfter, FaultStallAfter:
+	case FaultResetAfter, FaultStallAfter, FaultCloseAfter, FaultGarbageAfter:
 		n := min(s.FaultBytes, len(raw.head)+len(raw.body))
 		all := append(append([]byte(nil), raw.head...), raw.body...)
 		c.Write(all[:n]) //nolint:errcheck
-		if s.Fault == FaultResetAfter {
+		switch s.Fault {
+		case FaultGarbageAfter:
+			c.Write([]byte(garbage)) //nolint:errcheck
+			time.Sleep(10 * time.Millisecond)
+			c.Close()
+			return
+		case FaultResetAfter:
 			time.Sleep(10 * time.Millisecond) // let the bytes leave before the reset
 			reset()
+			return
+		case FaultCloseAfter:
+			c.Close()
 			return
 		}
 		<-peerGone
@@ -287,6 +339,9 @@ func (u *Upstream) notePeerClosed() {
 	}
 }
 
+// garbage is what FaultGarbage sends: a TLS record header and text, neither HTTP nor a chunk.
+const garbage = "\x16\x03\x01 this is not HTTP at all\r\n\r\n"
+
 type raw struct{ head, body []byte }
 
 // rawResponse renders a step as HTTP/1.1 bytes.
@@ -315,4 +370,84 @@ func rawResponse(s Step) raw {
 	}
 	h.WriteString("Connection: close\r\n\r\n")
 	return raw{head: []byte(h.String()), body: body}
+}
+
+// Raw returns the bytes a step puts on the wire when nothing goes wrong (status line,
+// headers, body in its transfer coding): what FaultBytes counts.
+func (s Step) Raw() []byte {
+	r := rawResponse(s)
+	return append(append([]byte(nil), r.head...), r.body...)
+}
+
+// RawOffset returns the offset in s.Raw() just past the first occurrence of marker, plus
+// extra (negative extra lands inside the marker), for FaultBytes: "reset after the role
+// event", "stall halfway through the second delta". It panics when marker is absent, which is
+// a mistake in the test.
+func RawOffset(s Step, marker string, extra int) int {
+	raw := s.Raw()
+	i := bytes.Index(raw, []byte(marker))
+	if i < 0 {
+		panic(fmt.Sprintf("proxytest.RawOffset: %q is not in the step's raw response", marker))
+	}
+	return i + len(marker) + extra
+}
+
+// BodyBytes returns what a client reads from the step's body when nothing goes wrong: Body, or
+// the chunks' data joined (the chunked coding removed).
+func (s Step) BodyBytes() []byte {
+	if len(s.Chunks) == 0 {
+		return []byte(s.Body)
+	}
+	var b []byte
+	for _, c := range s.Chunks {
+		b = append(b, c.Data...)
+	}
+	return b
+}
+
+// StalledListener is a loopback port where a connect neither succeeds nor is refused: its
+// accept queue (backlog 0) is filled by one connection the listener never accepts, and Linux
+// drops further SYNs while the queue is full, so a dialer waits until its own timeout. It is
+// the closest loopback equivalent of an address whose SYN is never answered (a black-holed
+// route or a dead host). Close releases it.
+type StalledListener struct {
+	// URL is a base URL a target uses: http://127.0.0.1:<port>/v1.
+	URL  string
+	fd   int
+	fill net.Conn
+}
+
+// NewStalledListener opens a stalled port; see StalledListener.
+func NewStalledListener() (*StalledListener, error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	fail := func(op string, err error) (*StalledListener, error) {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError(op, err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return fail("bind", err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		return fail("listen", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
+	// The one connection the queue holds: it completes, and is never accepted.
+	fill, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return fail("connect", err)
+	}
+	return &StalledListener{URL: "http://" + addr + "/v1", fd: fd, fill: fill}, nil
+}
+
+// Close releases the port.
+func (l *StalledListener) Close() {
+	l.fill.Close()
+	syscall.Close(l.fd)
 }

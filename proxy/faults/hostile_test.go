@@ -1,0 +1,592 @@
+package faults_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llm-failover/failover/proxy"
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+// The sidecar's own limits on clients (server.go): a request's headers and body must arrive
+// within 60 s (the read timeout), an idle keep-alive connection is closed after 120 s, and a
+// header block over 16 KiB is refused with 431.
+const (
+	serverReadTimeout = 60 * time.Second
+	// compression shrinks the sidecar's socket deadlines in the slow-client tests, so its
+	// 60 s read timeout takes 2 s here (see compressListener).
+	compression = 30
+)
+
+// compressListener hands the server connections whose deadlines come compression times
+// sooner than asked: the server's own read and idle timeouts then take seconds instead of
+// minutes, and nothing else changes (the sidecar sets no other deadline on client
+// connections). The connection is still a *net.TCPConn underneath, so the sidecar's
+// client-liveness peek works as in production.
+type compressListener struct {
+	net.Listener
+	factor time.Duration
+}
+
+func (l compressListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &compressConn{TCPConn: c.(*net.TCPConn), factor: l.factor}, nil
+}
+
+type compressConn struct {
+	*net.TCPConn
+	factor time.Duration
+}
+
+func (c *compressConn) scale(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	now := time.Now()
+	return now.Add(t.Sub(now) / c.factor)
+}
+
+func (c *compressConn) SetDeadline(t time.Time) error { return c.TCPConn.SetDeadline(c.scale(t)) }
+func (c *compressConn) SetReadDeadline(t time.Time) error {
+	return c.TCPConn.SetReadDeadline(c.scale(t))
+}
+func (c *compressConn) SetWriteDeadline(t time.Time) error {
+	return c.TCPConn.SetWriteDeadline(c.scale(t))
+}
+
+// startHostile runs a sidecar like sidecar.Start, on a compressListener.
+func startHostile(t *testing.T, env ...string) *sidecar.Sidecar {
+	t.Helper()
+	cfg, err := proxy.Load(env, true)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	buf := &sidecar.SyncBuffer{}
+	log := slog.New(proxy.NewJSONHandler(buf, slog.LevelDebug))
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(compressListener{ln, compression}) //nolint:errcheck // ends at Shutdown
+	go srv.ServeProbes(mln)                         //nolint:errcheck // ends at Shutdown
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return &sidecar.Sidecar{T: t, Srv: srv, Config: cfg, URL: "http://" + ln.Addr().String() + "/v1", Addr: ln.Addr().String(),
+		Metrics: "http://" + mln.Addr().String(), Log: buf}
+}
+
+// rawAnswer is what a client that wrote raw bytes got back.
+type rawAnswer struct {
+	status int // 0 when the connection closed without a response
+	body   []byte
+	closed bool // the connection was closed after the answer (or instead of one)
+	err    error
+}
+
+// rawRoundTrip writes payload on a fresh connection and reads one response (or the close).
+// A write cut short by the server closing (a refused oversized request) is not an error.
+func rawRoundTrip(addr string, payload []byte, wait time.Duration) rawAnswer {
+	return rawExchange(addr, payload, wait, false, false)
+}
+
+// rawExchange is rawRoundTrip that, with closeWrite, half-closes the connection after the
+// payload (the client is done sending, whatever it promised), and with checkClose finds out
+// whether the server closed the connection after its answer.
+func rawExchange(addr string, payload []byte, wait time.Duration, closeWrite, checkClose bool) rawAnswer {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return rawAnswer{err: err}
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(wait))
+	c.Write(payload) //nolint:errcheck // the server may refuse before reading it all
+	if closeWrite {
+		c.(*net.TCPConn).CloseWrite()
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		if isTimeoutErr(err) {
+			return rawAnswer{err: err}
+		}
+		return rawAnswer{closed: true}
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a := rawAnswer{status: resp.StatusCode, body: body, closed: resp.Close}
+	if checkClose && !a.closed {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := br.ReadByte(); err != nil && !isTimeoutErr(err) {
+			a.closed = true
+		}
+	}
+	return a
+}
+
+func isTimeoutErr(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// refusedCleanly reports whether a is a clear 4xx or a close without an answer.
+func refusedCleanly(a rawAnswer) bool {
+	return a.err == nil && (a.status == 0 && a.closed || a.status >= 400 && a.status < 500)
+}
+
+// basedUpstream starts an upstream and returns it with a target base URL that has a path of
+// its own, so that escaping it would show.
+func basedUpstream(t *testing.T, steps ...pt.Step) (*pt.Upstream, string) {
+	up := upstream(t, steps...)
+	return up, strings.TrimSuffix(up.URL, "/v1") + "/api/base/v1"
+}
+
+// checkContained fails for any request the upstream got outside the base path, raw or once
+// decoded and normalised (as a server that decodes %2e%2e and cleans the path would see it).
+func checkContained(t *testing.T, up *pt.Upstream) {
+	t.Helper()
+	for _, r := range up.Requests() {
+		p, _, _ := strings.Cut(r.URI, "?")
+		decoded, err := url.PathUnescape(p)
+		if err != nil {
+			decoded = p
+		}
+		if !strings.HasPrefix(p, "/api/base/v1/") || !strings.HasPrefix(path.Clean(decoded)+"/", "/api/base/v1/") ||
+			strings.Contains("/"+p+"/", "/../") || strings.Contains(decoded, "/../") {
+			t.Errorf("a request left the target's base path: %s %q", r.Method, r.URI)
+		}
+		if r.Host != strings.TrimPrefix(strings.TrimSuffix(up.URL, "/v1"), "http://") {
+			t.Errorf("a request went out with Host %q", r.Host)
+		}
+	}
+}
+
+// checkStillServing: after the hostile input, the sidecar answers as before.
+func checkStillServing(t *testing.T, s *sidecar.Sidecar) {
+	t.Helper()
+	if r, err := post(s, "/chat/completions", chatBody); err != nil || r.Status != 200 || r.Err != nil {
+		t.Fatalf("the sidecar no longer serves: %v %d %v %s", err, r.Status, r.Err, r.Body)
+	}
+	resp, err := sidecar.Client.Get(strings.TrimSuffix(s.URL, "/v1") + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
+
+// TestMalformedRequests: each malformed request gets a clear 4xx or a clean close, never
+// reaches a target, and the sidecar keeps serving.
+func TestMalformedRequests(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	const cl2 = "Content-Length: 2\r\n\r\n{}"
+	tests := []struct {
+		name    string
+		payload string
+	}{
+		{"not HTTP", "GARBAGE\r\n\r\n"},
+		{"binary junk", "\x00\x01\x02\x03\xff\xfe\r\n\r\n"},
+		{"TLS handshake on the plain port", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + strings.Repeat("\x00", 40)},
+		{"method only", "GET\r\n\r\n"},
+		{"no version", "POST /v1/chat/completions\r\n\r\n"},
+		{"header without a colon", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n" + cl2},
+		{"NUL in a header value", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n" + cl2},
+		{"space before a header colon", "POST /v1/chat/completions HTTP/1.1\r\nHost : x\r\n" + cl2},
+		{"negative Content-Length", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}"},
+		{"Content-Length not a number", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2abc\r\n\r\n{}"},
+		{"two different Content-Lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}x"},
+		{"bad chunk size", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"},
+		{"unknown transfer coding", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}"},
+		{"body shorter than Content-Length, then close", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}"},
+		{"request line over 16 KiB", "GET /v1/" + strings.Repeat("a", 70000) + " HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"bare LF line ends", "POST /v1/chat/completions HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}"},
+		{"CONNECT", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n"},
+		{"asterisk form", "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, strings.HasSuffix(tc.name, "then close"), false)
+			if !refusedCleanly(a) {
+				t.Errorf("want a clear 4xx or a clean close, got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
+			}
+			if a.status >= 400 && !isErrorDocument(a.body) {
+				t.Errorf("the %d is not a JSON error document: %q", a.status, a.body)
+			}
+			if up.Calls() != before {
+				t.Errorf("a malformed request reached the target")
+			}
+		})
+	}
+	// Request framing that is legal, or that the sidecar reads in one well-defined way: it
+	// may be answered, and then only by the target, inside its base path.
+	answered := []struct {
+		name    string
+		payload string
+	}{
+		{"unknown HTTP minor version", "POST /v1/chat/completions HTTP/1.9\r\nHost: x\r\n" + cl2},
+		{"absolute-form URI naming another host", "GET http://evil.example/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n"},
+		{"Content-Length and Transfer-Encoding (the chunked body wins, then close)", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"},
+	}
+	for _, tc := range answered {
+		t.Run(tc.name, func(t *testing.T) {
+			a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, false, true)
+			if a.err != nil || a.status == 0 && !a.closed || a.status >= 500 {
+				t.Errorf("got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
+			}
+			if strings.Contains(tc.name, "then close") && !a.closed {
+				t.Errorf("a request with both Content-Length and Transfer-Encoding must close the connection after the answer (RFC 9112 section 6.3)")
+			}
+		})
+	}
+	checkContained(t, up)
+	checkStillServing(t, s)
+}
+
+// TestHugeHeaders: header blocks over 16 KiB get 431 (or a close for a block far too large
+// to read), with a ledger record; just under the limit is served, with the header intact.
+func TestHugeHeaders(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	request := func(headers string) []byte {
+		return []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
+			"Content-Length: " + itoa(len(chatBody)) + "\r\n\r\n" + chatBody)
+	}
+	var many strings.Builder
+	for i := range 300 {
+		many.WriteString("X-Filler-" + itoa(i) + ": " + strings.Repeat("v", 60) + "\r\n")
+	}
+	tests := []struct {
+		name    string
+		headers string
+		want431 bool // else a 431 or a close
+	}{
+		{"one header of 20 KiB", "X-Big: " + strings.Repeat("a", 20<<10) + "\r\n", true},
+		{"300 headers, 20 KiB in all", many.String(), true},
+		{"one header of 1 MiB", "X-Huge: " + strings.Repeat("a", 1<<20) + "\r\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawRoundTrip(s.Addr, request(tc.headers), 3*serverReadTimeout/compression)
+			if a.status != 431 && (tc.want431 || !(a.status == 0 && a.closed)) {
+				t.Errorf("want 431, got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
+			}
+			if a.status == 431 && !isErrorDocument(a.body) {
+				t.Errorf("the 431 is not a JSON error document: %q", a.body)
+			}
+			if up.Calls() != before {
+				t.Errorf("an oversized request reached the target")
+			}
+		})
+	}
+	t.Run("just under the limit is served", func(t *testing.T) {
+		before := up.Calls()
+		a := rawRoundTrip(s.Addr, request("X-Big: "+strings.Repeat("b", 14<<10)+"\r\n"), 5*time.Second)
+		if a.status != 200 || up.Calls() != before+1 || len(up.Requests()[before].Header["X-Big"]) != 14<<10 {
+			t.Fatalf("status %d, upstream calls %d", a.status, up.Calls()-before)
+		}
+	})
+	rejected := 0
+	for _, rec := range s.Ledger() {
+		if rec["status"] == float64(431) && rec["outcome"] == "rejected" {
+			rejected++
+		}
+	}
+	if rejected < 2 {
+		t.Errorf("%d ledger records for the 431s, want one each", rejected)
+	}
+	checkStillServing(t, s)
+}
+
+// TestPathTraversal: no path, however encoded, reaches the target outside its base path.
+func TestPathTraversal(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	paths := []string{
+		"/v1/../../etc/passwd",
+		"/v1/../admin",
+		"/v1/chat/completions/../../../admin",
+		"/v1/%2e%2e/%2e%2e/admin",
+		"/v1/%2E%2E/admin",
+		"/v1/models/..%2f..%2f..%2fadmin",
+		"/v1/models/..%2F..%2Fadmin",
+		"/v1/models/%252e%252e/%252e%252e/admin",
+		"/v1/models/%2e%2e%5c%2e%2e%5cadmin",
+		"/v1/models\\..\\..\\admin",
+		"/v1//../admin",
+		"/v1/./../admin",
+		"/v1/models/%00/../x",
+		"/v1/models/\xff\xfe/../../admin",
+		"/v1/models?path=../../admin",
+		"/v1/models/.%2e/.%2e/admin",
+		"//v1/../admin",
+		"/v1/models/%c0%ae%c0%ae/admin",
+	}
+	for _, p := range paths {
+		before := up.Calls()
+		a := rawRoundTrip(s.Addr, []byte("GET "+p+" HTTP/1.1\r\nHost: x\r\n\r\n"), 5*time.Second)
+		switch {
+		case a.err != nil, a.status == 0 && !a.closed, a.status >= 500:
+			t.Errorf("%q: got status %d closed=%v err=%v", p, a.status, a.closed, a.err)
+		case up.Calls() == before && a.status != 0 && a.status != 404 && a.status != 400:
+			t.Errorf("%q: answered %d without the target", p, a.status)
+		}
+	}
+	checkContained(t, up)
+	checkStillServing(t, s)
+}
+
+// TestUnknownPaths: what is not /v1/... gets a family-shaped 404 (probes answer as probes).
+func TestUnknownPaths(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	root := strings.TrimSuffix(s.URL, "/v1")
+	for _, p := range []string{"/", "/v1", "/v2/chat/completions", "/V1/chat/completions", "/metrics", "/admin", "/favicon.ico", "/v1beta/models"} {
+		for _, method := range []string{"GET", "POST", "DELETE"} {
+			req, _ := http.NewRequest(method, root+p, strings.NewReader(chatBody))
+			r, err := sidecar.Client.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, p, err)
+			}
+			body, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 404 || !isErrorDocument(body) {
+				t.Errorf("%s %s: %d %q, want a 404 error document", method, p, r.StatusCode, body)
+			}
+		}
+	}
+	if up.Calls() != 0 {
+		t.Errorf("an unknown path reached the target")
+	}
+	checkStillServing(t, s)
+}
+
+// TestHostileBodies: bodies that are not what an SDK sends are forwarded untouched (the
+// target answers for itself) or refused with a clear 4xx; the scanner never misreads them.
+func TestHostileBodies(t *testing.T) {
+	invalid := pt.OpenAIError("We could not parse the JSON body of your request.", "invalid_request_error", "")
+	up, base := basedUpstream(t, pt.JSON(400, invalid))
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_MAX_REQUEST_BYTES=4MiB"}, timeouts)...)
+	hugeModel := strings.Repeat("m", 1<<20)
+	tests := []struct {
+		name   string
+		body   string
+		stream bool // how the sidecar must read it
+	}{
+		{"invalid JSON", `{"model":"gpt-4o-mini","messages":[`, false},
+		{"not an object", `["model","gpt-4o-mini"]`, false},
+		{"trailing garbage", `{"model":"gpt-4o-mini","stream":true} trailing`, false},
+		{"deep nesting", `{"model":"gpt-4o-mini","messages":` + strings.Repeat("[", 1<<20) + strings.Repeat("]", 1<<20) + `}`, false},
+		{"unterminated deep nesting", `{"model":"gpt-4o-mini","x":` + strings.Repeat(`{"a":[`, 100000), false},
+		{"a model of 1 MiB", `{"model":"` + hugeModel + `","messages":[]}`, false},
+		{"stream as a string", `{"model":"gpt-4o-mini","stream":"true","messages":[]}`, false},
+		{"stream as a number", `{"model":"gpt-4o-mini","stream":1,"messages":[]}`, false},
+		{"stream null", `{"model":"gpt-4o-mini","stream":null,"messages":[]}`, false},
+		{"stream in a nested object", `{"model":"gpt-4o-mini","messages":[{"stream":true}]}`, false},
+		{"model as an object", `{"model":{"name":"gpt-4o-mini"},"messages":[]}`, false},
+		{"empty body", ``, false},
+		{"binary body", "\x00\x01\x02{\"stream\":true}", false},
+		{"duplicate stream keys, the last wins", `{"stream":false,"model":"gpt-4o-mini","stream":true}`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			r, err := post(s, "/chat/completions", tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != 400 || string(r.Body) != invalid {
+				t.Fatalf("want the target's 400 unchanged, got %d %q", r.Status, r.Body)
+			}
+			if up.Calls() != before+1 || !bytes.Equal(up.Requests()[before].Body, []byte(tc.body)) {
+				t.Fatalf("the body was not forwarded untouched")
+			}
+			recs := s.Ledger()
+			rec := recs[len(recs)-1]
+			if rec["stream"] != tc.stream {
+				t.Errorf("read as stream=%v, want %v", rec["stream"], tc.stream)
+			}
+			if m, _ := rec["model"].(string); len(m) > 128 {
+				t.Errorf("the ledger holds a model of %d bytes", len(m))
+			}
+		})
+	}
+	t.Run("a body over FAILOVER_MAX_REQUEST_BYTES gets 413", func(t *testing.T) {
+		before := up.Calls()
+		r, err := post(s, "/messages", `{"model":"claude","messages":[{"role":"user","content":"`+strings.Repeat("x", 5<<20)+`"}]}`)
+		if err != nil {
+			// The sidecar may answer and close before reading the whole body.
+			t.Logf("client: %v", err)
+		} else if r.Status != 413 || !isErrorDocument(r.Body) {
+			t.Errorf("got %d %q", r.Status, r.Body)
+		}
+		if up.Calls() != before {
+			t.Errorf("an oversized body reached the target")
+		}
+	})
+	t.Run("a model of 1 MiB no target serves gets 404 no_target", func(t *testing.T) {
+		s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_0_MODELS=gpt-4o*"}, timeouts)...)
+		before := up.Calls()
+		r, err := post(s, "/chat/completions", `{"model":"`+hugeModel+`","messages":[]}`)
+		if err != nil || r.Status != 404 || !bytes.Contains(r.Body, []byte("no_target")) || up.Calls() != before {
+			t.Fatalf("got %v %d %q", err, r.Status, r.Body)
+		}
+	})
+	checkContained(t, up)
+	up.Script(pt.JSON(200, pt.ChatCompletion("fine")))
+	checkStillServing(t, s)
+}
+
+// TestSlowClients: clients that send their request slowly (slowloris headers, a dribbled
+// body, a request that never ends) hold no target and block nobody, and are cut by the
+// server's read timeout (60 s, compressed here to 2 s) with a 408 or a close. A slow client
+// that finishes within the timeout is served.
+func TestSlowClients(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	timeout := serverReadTimeout / compression
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	slow := []struct {
+		name  string
+		first string // sent at once
+		drip  string // then one byte every 100 ms, repeated
+	}{
+		{"slow headers", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", "X-Slow: aaaaaaaaaaaaaaaaaaaa"},
+		{"slow request line", "POST /v1/chat/comp", "letions"},
+		{"slow body", head + "Content-Length: 100000\r\n\r\n{\"model\":\"gpt-4o-mini\",\"messages\":[", `{"role":"user","content":"x"},`},
+		{"silent after connecting", "", ""},
+		{"headers never finished", head, ""},
+	}
+	const perKind = 10
+	var wg sync.WaitGroup
+	results := make(chan string, len(slow)*perKind)
+	for _, sc := range slow {
+		for range perKind {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- dripUntilCut(s.Addr, sc.first, sc.drip, 4*timeout) + " (" + sc.name + ")"
+			}()
+		}
+	}
+	// While they hold their connections, everyone else is served.
+	time.Sleep(200 * time.Millisecond)
+	for i := range 20 {
+		r, err := post(s, "/chat/completions", chatBody)
+		if err != nil || r.Status != 200 || r.Err != nil {
+			t.Fatalf("request %d while slow clients hold connections: %v %d", i, err, r.Status)
+		}
+	}
+	// A slow client that finishes in time is served.
+	a := dripRequest(s.Addr, []byte(head+"Content-Length: "+itoa(len(chatBody))+"\r\n\r\n"+chatBody), timeout/4)
+	if a.status != 200 {
+		t.Errorf("a slow client within the read timeout: status %d err %v", a.status, a.err)
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if !strings.HasPrefix(r, "cut") {
+			t.Errorf("a slow client was not cut by the read timeout: %s", r)
+		}
+	}
+	if up.Calls() != 21 {
+		t.Errorf("upstream calls %d, want 21: a slow client's partial request reached the target", up.Calls())
+	}
+	checkStillServing(t, s)
+}
+
+// dripUntilCut sends first, then drip one byte every 100 ms (cycling), until the server ends
+// the connection or limit passes. It reports "cut: <how>" or "not cut".
+func dripUntilCut(addr, first, drip string, limit time.Duration) string {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "dial: " + err.Error()
+	}
+	defer c.Close()
+	end := time.Now().Add(limit)
+	c.SetDeadline(end)
+	if _, err := c.Write([]byte(first)); err != nil {
+		return "cut: " + err.Error()
+	}
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case err == nil:
+			resp.Body.Close()
+			if resp.StatusCode == 408 || resp.StatusCode == 400 {
+				got <- "cut: " + resp.Status
+				return
+			}
+			got <- "answered " + resp.Status
+		case isTimeoutErr(err):
+			got <- "not cut"
+		default:
+			got <- "cut: " + err.Error()
+		}
+	}()
+	for i := 0; ; i++ {
+		select {
+		case r := <-got:
+			return r
+		case <-time.After(100 * time.Millisecond):
+		}
+		if drip != "" {
+			c.Write([]byte{drip[i%len(drip)]}) //nolint:errcheck // the read side reports the end
+		}
+	}
+}
+
+// dripRequest sends a whole request one byte at a time over about d, then reads the answer.
+func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return rawAnswer{err: err}
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(d + 10*time.Second))
+	gap := d / time.Duration(len(req))
+	for i := range req {
+		if _, err := c.Write(req[i : i+1]); err != nil {
+			return rawAnswer{err: err}
+		}
+		time.Sleep(gap)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return rawAnswer{err: err}
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return rawAnswer{status: resp.StatusCode, body: body}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// FuzzScanRequest checks the request scanner against encoding/json: it says json=true
+// exactly for a body that is a valid JSON object; on such a body its model and stream are
+// the document's top-level "model" (raw string contents, escapes as sent) and "stream"
+// (the literal true), later duplicates winning; on any other body it reads nothing; and
+// substituting the model changes the model's string literal and not another byte. It never
+// panics. Seeds: testdata/fuzz/FuzzScanRequest.
+func FuzzScanRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		` { "stream" : false , "model" : "a\"b" } `,
+		`{"model":"x","model":{"y":1}}`,
+		`{}`,
+		`[]`,
+		`{"a":[1,{"b":"]"}],"stream":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := scanRequest(body)
+		checkScanShape(t, body, got)
+
+		object := isJSONObject(body)
+		if got.json != object {
+			t.Fatalf("scanRequest says json=%v, encoding/json says a valid object=%v:\n%s", got.json, object, show(body))
+		}
+		if !object {
+			return
+		}
+		model, hasModel, stream, escaped := topLevel(t, body)
+		if escaped {
+			// A top-level "model" or "stream" key spelt with escapes ("mod\u0065l"): the
+			// scanner compares keys as sent, so it does not see it.
+			return
+		}
+		switch {
+		case hasModel && (got.modelStart < 0 || !bytes.Equal(got.model, model)):
+			t.Fatalf("model: scanned %q (at %d), the document has %q:\n%s", got.model, got.modelStart, model, show(body))
+		case !hasModel && got.modelStart >= 0:
+			t.Fatalf("model: scanned %q, the document has no string model:\n%s", got.model, show(body))
+		case got.stream != stream:
+			t.Fatalf("stream: scanned %v, the document has %v:\n%s", got.stream, stream, show(body))
+		}
+		if !hasModel {
+			return
+		}
+		const sub = "fuzz-model"
+		out := appendSubstitutedBody(nil, body, &got, []byte(sub))
+		want := append(append(append([]byte(nil), body[:got.modelStart]...), `"`+sub+`"`...), body[got.modelEnd:]...)
+		if !bytes.Equal(out, want) {
+			t.Fatalf("substitution changed other bytes:\n%s\n%s", show(body), show(out))
+		}
+		again := scanRequest(out)
+		if !again.json || string(again.model) != sub || again.stream != got.stream || !isJSONObject(out) {
+			t.Fatalf("after substitution: json=%v model=%q stream=%v:\n%s", again.json, again.model, again.stream, show(out))
+		}
+		var before, after map[string]json.RawMessage
+		if json.Unmarshal(body, &before) != nil || json.Unmarshal(out, &after) != nil {
+			t.Fatalf("substitution broke the document:\n%s", show(out))
+		}
+		for k, v := range before {
+			if k != "model" && !bytes.Equal(after[k], v) {
+				t.Fatalf("substitution changed %q: %q → %q", k, v, after[k])
+			}
+		}
+	})
+}
+
+// checkScanShape checks what any scan result must look like, whatever the body.
+func checkScanShape(t *testing.T, body []byte, f requestFields) {
+	t.Helper()
+	if !f.json {
+		if f.model != nil || f.modelStart != -1 || f.stream {
+			t.Fatalf("fields read from a body that is not a JSON object: model=%q start=%d stream=%v\n%s", f.model, f.modelStart, f.stream, show(body))
+		}
+		return
+	}
+	if f.modelStart < 0 {
+		if f.model != nil {
+			t.Fatalf("a model without a position: %q", f.model)
+		}
+		return
+	}
+	if f.modelStart >= f.modelEnd || f.modelEnd > len(body) || body[f.modelStart] != '"' || body[f.modelEnd-1] != '"' ||
+		!bytes.Equal(f.model, body[f.modelStart+1:f.modelEnd-1]) {
+		t.Fatalf("model %q at [%d,%d) is not a string literal of the body:\n%s", f.model, f.modelStart, f.modelEnd, show(body))
+	}
+}
+
+// show quotes a body for a failure message, cut to a readable length.
+func show(b []byte) string {
+	if len(b) > 300 {
+		return fmt.Sprintf("%q... (%d bytes)", b[:300], len(b))
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+// isJSONObject reports whether b is one valid JSON document whose value is an object.
+func isJSONObject(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{"))
+}
+
+// topLevel decodes a valid JSON object's top-level "model" (the raw contents of its string
+// literal, when it is a string; the last one wins) and "stream" (whether it is the literal
+// true), and reports whether either key was spelt with escapes.
+func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream, escaped bool) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not an object: %v %v", tok, err)
+	}
+	for dec.More() {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("key: %v", err)
+		}
+		key := tok.(string)
+		rawKey := body[start:dec.InputOffset()]
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("value: %v", err)
+		}
+		if (key == "model" || key == "stream") && bytes.IndexByte(rawKey, '\\') >= 0 {
+			escaped = true
+		}
+		switch key {
+		case "model":
+			hasModel = len(v) >= 2 && v[0] == '"'
+			model = nil
+			if hasModel {
+				model = v[1 : len(v)-1]
+			}
+		case "stream":
+			stream = string(v) == "true"
+		}
+	}
+	return model, hasModel, stream, escaped
+}
