@@ -223,11 +223,16 @@ func (ex *exchange) run() {
 			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
 			RetriesLeft: ex.budget.RetryAllowed(t.retries), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-			// Looked at again now: the attempt may have ended on its own deadline after the
-			// client left, and no attempt may start after that (SPEC section 4, rule 1).
-			ClientGone: ex.clientGone(),
+			ClientGone: ex.gone,
 		}
 		v := s.policy.Decide(&o)
+		if (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) && !o.ClientGone && ex.clientGone() {
+			// Looked at again before anything new starts: the attempt may have ended on its own
+			// deadline after the client left, and no attempt may start after that (SPEC section
+			// 4, rule 1). Only then: an answer that commits or stops needs no syscall for it.
+			o.ClientGone = true
+			v = s.policy.Decide(&o)
+		}
 		ex.applyHealth(a, v)
 		if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
 			v = ex.limit(a, v)
