@@ -110,7 +110,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		// The 16 KiB read buffer (sized for the header limit) is only needed while a request
 		// is read: released before the handler runs, an idle committed stream does not hold it.
 		ReduceMemoryUsage: true,
-		Logger:            quietLogger{},
+		// The write buffer is held for a stream's whole life. 2 KiB holds a response's headers
+		// and a typical event; a larger body is written with writev, not through the buffer.
+		WriteBufferSize: 2 << 10,
+		Logger:          quietLogger{},
 	}
 	s.probes = &fasthttp.Server{
 		Handler:               s.serveProbes,
