@@ -200,3 +200,18 @@ func TestExtractError(t *testing.T) {
 		}
 	})
 }
+
+func TestMatchingAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are asserted without -race")
+	}
+	p := mustPhrases(t, DefaultPhrases)
+	s := mustStatuses(t, "429,5xx")
+	code, typ, msg := []byte("model_not_found"), []byte("invalid_request_error"), []byte("The model `gpt-9` does not exist")
+	if n := testing.AllocsPerRun(500, func() { p.Match(404, code, typ, msg) }); n != 0 {
+		t.Errorf("phrase matching: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(500, func() { s.Has(503) }); n != 0 {
+		t.Errorf("status matching: %v allocations", n)
+	}
+}
