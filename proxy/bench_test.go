@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/llm-failover/failover/proxy"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
 // The whole proxied request, over real loopback sockets: a fasthttp client with keep-alive,
@@ -100,22 +100,7 @@ func benchSidecar(tb testing.TB, environ ...string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	log := slog.New(proxy.NewJSONHandler(io.Discard, slog.LevelInfo))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return ln.Addr().String()
+	return sidecar.StartWith(tb, cfg, sidecar.Options{Log: io.Discard, Level: slog.LevelInfo}).Addr
 }
 
 // benchClient is a keep-alive client for one sidecar.

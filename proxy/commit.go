@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"strconv"
@@ -146,22 +145,7 @@ func (ex *exchange) copyResponseHeaders() {
 	up := &ex.upResp.Header
 	h := &ex.ctx.Response.Header
 	up.CopyTo(h)
-	if conn := up.PeekBytes(headerConnection); len(conn) > 0 {
-		for len(conn) > 0 {
-			var tok []byte
-			if i := bytes.IndexByte(conn, ','); i >= 0 {
-				tok, conn = conn[:i], conn[i+1:]
-			} else {
-				tok, conn = conn, nil
-			}
-			if tok = bytes.TrimSpace(tok); len(tok) > 0 {
-				h.DelBytes(tok)
-			}
-		}
-	}
-	for _, k := range hopByHop {
-		h.DelBytes(k)
-	}
+	dropHopByHop(h, up.PeekBytes(headerConnection))
 	h.ResetConnectionClose()
 }
 

@@ -121,6 +121,29 @@ var hopByHop = [][]byte{
 	[]byte("Expect"),
 }
 
+// dropHopByHop deletes the hop-by-hop headers from h, and the ones the message's Connection
+// header (connection) names. h is a *fasthttp.RequestHeader or *fasthttp.ResponseHeader.
+func dropHopByHop(h interface{ DelBytes([]byte) }, connection []byte) {
+	for len(connection) > 0 {
+		var tok []byte
+		tok, connection = cutList(connection, ',')
+		if tok = bytes.TrimSpace(tok); len(tok) > 0 {
+			h.DelBytes(tok)
+		}
+	}
+	for _, k := range hopByHop {
+		h.DelBytes(k)
+	}
+}
+
+// cutList splits the first item off a sep-separated list.
+func cutList(list []byte, sep byte) (item, rest []byte) {
+	if i := bytes.IndexByte(list, sep); i >= 0 {
+		return list[:i], list[i+1:]
+	}
+	return list, nil
+}
+
 // clientCredentials are removed when the target sends its own key, so the provider never sees
 // the caller's.
 var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key")}
@@ -721,23 +744,7 @@ func (ex *exchange) buildRequest(a *attempt) {
 	h.SetHostBytes(t.host)
 	h.ResetConnectionClose()
 
-	// Tokens listed in Connection name more hop-by-hop headers.
-	if conn := ctx.Request.Header.PeekBytes(headerConnection); len(conn) > 0 {
-		for len(conn) > 0 {
-			var tok []byte
-			if i := bytes.IndexByte(conn, ','); i >= 0 {
-				tok, conn = conn[:i], conn[i+1:]
-			} else {
-				tok, conn = conn, nil
-			}
-			if tok = bytes.TrimSpace(tok); len(tok) > 0 {
-				h.DelBytes(tok)
-			}
-		}
-	}
-	for _, k := range hopByHop {
-		h.DelBytes(k)
-	}
+	dropHopByHop(h, ctx.Request.Header.PeekBytes(headerConnection))
 	ex.dropFailoverHeaders(h)
 	if ex.tokenHeader != nil {
 		h.DelBytes(ex.tokenHeader)

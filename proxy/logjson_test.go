@@ -9,11 +9,12 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lmittmann/tint"
+
+	"github.com/llm-failover/failover/proxy/proxytest"
 )
 
 // TestJSONHandlerMatchesSlog: every line is valid JSON with the same content slog's own
@@ -117,7 +118,7 @@ func TestLedgerListsAtMost32Attempts(t *testing.T) {
 }
 
 func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
-	var out syncedBuffer
+	var out proxytest.SyncBuffer
 	w := NewLogWriter(&out, 20*time.Millisecond)
 	log := slog.New(NewJSONHandler(w, slog.LevelInfo))
 	done := make(chan struct{})
@@ -147,21 +148,4 @@ func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
 			t.Fatalf("a line was torn: %q", l)
 		}
 	}
-}
-
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

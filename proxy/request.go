@@ -325,11 +325,7 @@ func appendUpstreamURI(dst []byte, t *Target, path, query []byte) []byte {
 	}
 	for len(query) > 0 {
 		var pair []byte
-		if j := bytes.IndexByte(query, '&'); j >= 0 {
-			pair, query = query[:j], query[j+1:]
-		} else {
-			pair, query = query, nil
-		}
+		pair, query = cutList(query, '&')
 		if len(pair) == 0 || targetHasKey(t, pair) {
 			continue
 		}
@@ -341,10 +337,7 @@ func appendUpstreamURI(dst []byte, t *Target, path, query []byte) []byte {
 }
 
 func targetHasKey(t *Target, pair []byte) bool {
-	key := pair
-	if j := bytes.IndexByte(pair, '='); j >= 0 {
-		key = pair[:j]
-	}
+	key, _ := cutList(pair, '=')
 	for _, k := range t.queryKey {
 		if bytes.Equal(k, key) {
 			return true

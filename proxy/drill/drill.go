@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -255,7 +254,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		cfg.SuccessRules = []classify.Rule{{Pattern: regexp.MustCompile(sc.successRule)}}
 		r.note = " (drill rule)"
 	}
-	var logBuf syncBuffer
+	var logBuf pt.SyncBuffer
 	srv, err := proxy.New(&cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(&logBuf, slog.LevelInfo))})
 	if err != nil {
 		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
@@ -418,7 +417,7 @@ func field(rec map[string]any, k string) string {
 }
 
 // waitRecord waits for the request's ledger record (a stream's is written when it ends).
-func waitRecord(log *syncBuffer, id string) map[string]any {
+func waitRecord(log *pt.SyncBuffer, id string) map[string]any {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		sc := bufio.NewScanner(strings.NewReader(log.String()))
@@ -434,21 +433,4 @@ func waitRecord(log *syncBuffer, id string) map[string]any {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,10 +3,8 @@ package faults_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -78,29 +76,7 @@ func startHostile(t *testing.T, env ...string) *sidecar.Sidecar {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	buf := &sidecar.SyncBuffer{}
-	log := slog.New(proxy.NewJSONHandler(buf, slog.LevelDebug))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(compressListener{ln, compression}) //nolint:errcheck // ends at Shutdown
-	go srv.ServeProbes(mln)                         //nolint:errcheck // ends at Shutdown
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return &sidecar.Sidecar{T: t, Srv: srv, Config: cfg, URL: "http://" + ln.Addr().String() + "/v1", Addr: ln.Addr().String(),
-		Metrics: "http://" + mln.Addr().String(), Log: buf}
+	return sidecar.StartWith(t, cfg, sidecar.Options{Wrap: func(ln net.Listener) net.Listener { return compressListener{ln, compression} }})
 }
 
 // rawAnswer is what a client that wrote raw bytes got back.

@@ -5,7 +5,6 @@ package sidecar
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,24 +31,8 @@ type Sidecar struct {
 	Log     *SyncBuffer
 }
 
-// SyncBuffer is a bytes.Buffer safe for concurrent writers (the log).
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// SyncBuffer is where the sidecar's log is captured.
+type SyncBuffer = proxytest.SyncBuffer
 
 // Start runs a sidecar configured by env (FAILOVER_* assignments), shut down at the end of
 // the test. The log is JSON at debug level.
@@ -66,9 +48,29 @@ func Start(t testing.TB, env ...string) *Sidecar {
 // StartConfig runs a sidecar with a ready configuration.
 func StartConfig(t testing.TB, cfg *proxy.Config) *Sidecar {
 	t.Helper()
-	buf := &SyncBuffer{}
-	log := slog.New(proxy.NewJSONHandler(buf, slog.LevelDebug))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	return StartWith(t, cfg, Options{})
+}
+
+// Options change how StartWith runs the sidecar.
+type Options struct {
+	// Wrap, when set, wraps the proxy listener (to shape the client connections' sockets).
+	Wrap func(net.Listener) net.Listener
+	// Log receives the JSON log at Level instead of the captured debug log (benchmarks give
+	// io.Discard at info, as in production); Sidecar.Log is then nil.
+	Log   io.Writer
+	Level slog.Level
+}
+
+// StartWith runs a sidecar with a ready configuration and options.
+func StartWith(t testing.TB, cfg *proxy.Config, o Options) *Sidecar {
+	t.Helper()
+	var buf *SyncBuffer
+	out, level := o.Log, o.Level
+	if out == nil {
+		buf = &SyncBuffer{}
+		out, level = buf, slog.LevelDebug
+	}
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(out, level))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,11 @@ func StartConfig(t testing.TB, cfg *proxy.Config) *Sidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)        //nolint:errcheck // ends at Shutdown
+	served := ln
+	if o.Wrap != nil {
+		served = o.Wrap(ln)
+	}
+	go srv.Serve(served)    //nolint:errcheck // ends at Shutdown
 	go srv.ServeProbes(mln) //nolint:errcheck // ends at Shutdown
 	s := &Sidecar{T: t, Srv: srv, Config: cfg, URL: "http://" + ln.Addr().String() + "/v1", Addr: ln.Addr().String(),
 		Metrics: "http://" + mln.Addr().String(), Log: buf}
