@@ -722,6 +722,49 @@ func TestGateFinishedRules(t *testing.T) {
 	}
 }
 
+func TestGateFailed(t *testing.T) {
+	content := map[Family]string{
+		Chat:      `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n",
+		Responses: `data: {"type":"response.output_text.delta","delta":"x"}` + "\n\n",
+		Messages:  `data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}` + "\n\n",
+		Other:     "data: x\n\n",
+	}
+	tests := []struct {
+		name   string
+		family Family
+		tail   string
+		want   bool
+	}{
+		{"chat: an error chunk after content fails", Chat, `data: {"error":{"message":"x"}}` + "\n\ndata: [DONE]\n\n", true},
+		{"chat: event: error fails", Chat, "event: error\ndata: boom\n\n", true},
+		{"chat: content mentioning \"error\" does not fail", Chat, `data: {"choices":[{"delta":{"content":"\"error\": fine"}}]}` + "\n\ndata: [DONE]\n\n", false},
+		{"chat: a null error member does not fail", Chat, `data: {"error":null,"choices":[]}` + "\n\n", false},
+		{"chat: a clean end does not fail", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", false},
+		{"responses: response.failed fails", Responses, `data: {"type":"response.failed","response":{"error":{"code":"server_error"}}}` + "\n\n", true},
+		{"responses: error fails", Responses, "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n", true},
+		{"responses: completed with a null nested error does not fail", Responses, `data: {"type":"response.completed","response":{"error":null}}` + "\n\n", false},
+		{"responses: a top-level error without type fails", Responses, `data: {"error":{"message":"x"}}` + "\n\n", true},
+		{"messages: an error event fails", Messages, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n", true},
+		{"messages: message_stop does not fail", Messages, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", false},
+		{"other: a top-level error fails", Other, `data: {"error":{"message":"x"}}` + "\n\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(tt.family, bigPeek)
+			if d := g.Feed([]byte(content[tt.family])); d != Commit {
+				t.Fatalf("content Feed = %v", d)
+			}
+			for _, c := range chunked([]byte(tt.tail), 7) {
+				g.Observe(c)
+			}
+			if g.Failed() != tt.want {
+				t.Fatalf("Failed() = %v, want %v", g.Failed(), tt.want)
+			}
+		})
+	}
+}
+
 func TestGateObserveBeforeCommitIsIgnored(t *testing.T) {
 	var g Gate
 	g.Reset(Chat, bigPeek)

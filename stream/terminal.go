@@ -9,10 +9,10 @@ import "bytes"
 // without one, a top-level error ends the stream, else the event name decides.
 func isTerminal(f Family, ev Event) bool {
 	switch f {
-	case Chat:
+	case Chat, Other, Image:
+		// Other and Image need no terminal event (Gate.Finished is true for them anyway), but
+		// the tail keeps watching them until [DONE] so an error event after commit is seen.
 		return ev.DataLen == len(ev.Data) && bytes.Equal(trimSpace(ev.Data), done)
-	case Image, Other:
-		return true
 	}
 	typ := leadingType(ev.Data) // providers put "type" first: no scan needed
 	if typ == nil {
@@ -39,25 +39,33 @@ func isTerminal(f Family, ev Event) bool {
 }
 
 // isErrorEvent reports whether ev, seen after commit, is an error event of family f. Like
-// isTerminal it reads only the captured prefix of the data, never a whole event.
+// isTerminal it reads only the captured prefix of the data, never a whole event. It runs on
+// every event after commit, so the top-level scan is skipped when it cannot change the answer:
+// as in classify, a JSON "type" decides on its own (and providers put it first, where
+// leadingType finds it), and without the bytes "error" in the data there is no error member.
 func isErrorEvent(f Family, ev Event) bool {
-	typ, hasErr := scanTopLevel(ev.Data)
-	if lt := leadingType(ev.Data); lt != nil {
-		typ = lt
+	typ := leadingType(ev.Data)
+	hasErr := false
+	typed := f == Responses || f == Messages
+	if typ == nil && (typed || string(ev.Name) == "error") || !typed && bytes.Contains(ev.Data, quotedError) {
+		t, e := scanTopLevel(ev.Data)
+		if typ == nil {
+			typ = t
+		}
+		hasErr = e
 	}
-	switch f {
-	case Responses:
+	switch {
+	case typed && typ != nil:
 		switch string(typ) {
 		case "error", "response.error", "response.failed":
-			return true
+			return f == Responses || string(typ) == "error"
 		}
-	case Messages:
-		if string(typ) == "error" {
-			return true
-		}
+		return false
 	}
 	return hasErr || typ == nil && string(ev.Name) == "error"
 }
+
+var quotedError = []byte(`"error"`)
 
 // scanTopLevel walks the top-level members of the JSON object that b starts
 // (b may be cut anywhere) and returns the raw value of the first string
