@@ -32,6 +32,15 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 	ctx.SetStatusCode(a.status)
 	ex.setFailoverHeaders(a.t)
 	body := ex.upResp.BodyStream()
+	if a.sse && a.bodyErr == io.EOF && ex.gate.Finished() && !ex.gate.Failed() {
+		// The whole stream, terminal event included, arrived before commit: it goes out in one
+		// write, like a held response, and the upstream connection goes back to the pool.
+		ex.srv.metrics.streamCommits[a.commitReason].Inc()
+		ctx.Response.SetBody(ex.gate.Held())
+		ex.reusable = !ex.upResp.ConnectionClose() && ex.upResp.Header.ContentLength() != -2
+		ex.closeConn()
+		return
+	}
 	if (a.sse || a.pipeRest) && (body != nil || a.sse) {
 		ex.startPipe(a, body)
 		return

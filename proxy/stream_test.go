@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +280,26 @@ func TestStreamEventsArriveAsProduced(t *testing.T) {
 	}
 	if spread := arrivals[3].Sub(arrivals[1]); spread < gap {
 		t.Fatalf("events were batched: content events arrived within %v", spread)
+	}
+}
+
+func TestStreamThatArrivesWholeIsSentInOneBody(t *testing.T) {
+	body := joined(pt.ChatStream(0, "all", " at", " once"))
+	up := upstream(t, pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: body})
+	s := start(t, targets(up.URL)...)
+	r := s.Post("/chat/completions", streamBody)
+	if r.Status != 200 || r.Err != nil || string(r.Body) != body {
+		t.Fatalf("got %d %v %q", r.Status, r.Err, r.Body)
+	}
+	if r.Header.Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Errorf("a stream that arrived whole should go out as one body: headers %v", r.Header)
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+		t.Errorf("ledger %v", rec)
+	}
+	// Cut before its terminal event, the same stream is piped and ends with an error.
+	up.Script(pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: strings.TrimSuffix(body, pt.Done)})
+	if r := s.Post("/chat/completions", streamBody); r.Err == nil || !strings.Contains(string(r.Body), "stream_interrupted") {
+		t.Fatalf("a whole stream without [DONE] ended cleanly: %v %q", r.Err, r.Body)
 	}
 }
