@@ -1,0 +1,52 @@
+package proxy_test
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+// A pooled upstream connection the far side closed while it sat idle must cost neither a
+// failed attempt nor a transfer: the sidecar notices (a peek before reuse, or the first read
+// failing on a reused connection) and sends the request once on a fresh connection.
+func TestStalePooledConnectionIsRedialled(t *testing.T) {
+	var calls atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			calls.Add(1)
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(pt.ChatCompletion("fresh"))
+		},
+		IdleTimeout: 100 * time.Millisecond, // closes keep-alive connections soon after each answer
+	}
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { srv.Shutdown() })
+	second := upstream(t)
+	s := start(t, targets("http://"+ln.Addr().String()+"/v1", second.URL)...)
+	for _, idle := range []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond} {
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+			t.Fatalf("status %d", r.Status)
+		}
+		time.Sleep(idle) // the upstream closes the pooled connection meanwhile
+		before := calls.Load()
+		r := s.Post("/chat/completions", chatBody)
+		if r.Status != 200 || r.Header.Get("X-Failover-Target") != "t0" || r.Header.Get("X-Failover-Attempts") != "1" {
+			t.Fatalf("after %v idle: %d via %s in %s attempts", idle, r.Status, r.Header.Get("X-Failover-Target"), r.Header.Get("X-Failover-Attempts"))
+		}
+		if got := calls.Load() - before; got != 1 {
+			t.Fatalf("after %v idle the upstream answered %d times, want 1", idle, got)
+		}
+	}
+	if second.Calls() != 0 {
+		t.Fatalf("a stale connection caused a transfer")
+	}
+}
