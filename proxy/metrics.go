@@ -76,14 +76,13 @@ type serverMetrics struct {
 // targetMetrics are one target's series. The attempts counters are created on first use of
 // each class/action pair (then cached), so /metrics lists only pairs that happened.
 type targetMetrics struct {
-	set        *metrics.Set
-	name       string
-	mu         sync.Mutex
-	attempts   [classify.NumClasses][classify.NumActions]atomic.Pointer[metrics.Counter]
-	firstByte  *metrics.PrometheusHistogram
-	ejections  *metrics.Counter
-	empty      *metrics.Counter
-	upstreamNS atomic.Int64 // time spent waiting on this target, for the overhead figure
+	set       *metrics.Set
+	name      string
+	mu        sync.Mutex
+	attempts  [classify.NumClasses][classify.NumActions]atomic.Pointer[metrics.Counter]
+	firstByte *metrics.PrometheusHistogram
+	ejections *metrics.Counter
+	empty     *metrics.Counter
 }
 
 func newServerMetrics(targets []*Target) *serverMetrics {

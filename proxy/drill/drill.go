@@ -49,7 +49,6 @@ type result struct {
 	clientOK bool
 	record   map[string]any
 	calls    []int // per target
-	callsAt  []time.Time
 	names    []string
 	note     string
 	problems []string

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -55,13 +54,7 @@ func leaveRows() []leave {
 // TestClientLeaves: when the client goes away, no attempt starts after it left, the upstream
 // connection it was waiting on is closed, and the request is recorded once, as cancelled.
 func TestClientLeaves(t *testing.T) {
-	runConcurrently(t, leaveRows(), func(r leave) string {
-		mode := "non-streaming"
-		if r.fam.stream {
-			mode = "streaming"
-		}
-		return fmt.Sprintf("%s/%s/%s", r.fam.name, mode, r.name)
-	}, playLeave)
+	runConcurrently(t, leaveRows(), func(r leave) string { return rowName(r.fam, r.name) }, playLeave)
 }
 
 func playLeave(t *testing.T, r leave) {

@@ -99,15 +99,24 @@ func attemptsOf(t testing.TB, rec map[string]any) []map[string]any {
 	return out
 }
 
+// rowName names a matrix or client-leaves row: family/mode/name.
+func rowName(fam family, name string) string {
+	mode := "non-streaming"
+	if fam.stream {
+		mode = "streaming"
+	}
+	return fmt.Sprintf("%s/%s/%s", fam.name, mode, name)
+}
+
 // onlyRecord waits for the request's one ledger record and fails unless there is exactly one.
 func onlyRecord(t testing.TB, s *sidecar.Sidecar) map[string]any {
 	t.Helper()
-	recs := s.WaitLedger(1)
+	s.WaitLedger(1)
 	time.Sleep(20 * time.Millisecond) // a second record, if any, would be written by now
-	if recs = s.Ledger(); len(recs) != 1 {
+	if recs := s.Ledger(); len(recs) != 1 {
 		t.Fatalf("%d ledger records, want exactly 1:\n%s", len(recs), s.Log.String())
 	}
-	return recs[0]
+	return s.Ledger()[0]
 }
 
 // waitLedger waits up to d until n request records were written.

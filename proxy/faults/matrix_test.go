@@ -271,13 +271,7 @@ func matrixRows() []row {
 // Rows mostly wait on short timeouts, so they run concurrently, a few at a time, whatever
 // -parallel says (subtests run from several goroutines, as testing.T.Run allows).
 func TestFaultMatrix(t *testing.T) {
-	runConcurrently(t, matrixRows(), func(r row) string {
-		mode := "non-streaming"
-		if r.fam.stream {
-			mode = "streaming"
-		}
-		return fmt.Sprintf("%s/%s/%s", r.fam.name, mode, r.name)
-	}, playRow)
+	runConcurrently(t, matrixRows(), func(r row) string { return rowName(r.fam, r.name) }, playRow)
 }
 
 func playRow(t *testing.T, r row) {

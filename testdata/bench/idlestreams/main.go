@@ -109,14 +109,7 @@ func run(n int, bin string, parallel int, settle time.Duration) error {
 	}
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may be gone already
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }() //nolint:errcheck // ended on purpose
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck
-			<-done
-		}
+		waitOrKill(cmd, 10*time.Second)
 	}()
 	pid := cmd.Process.Pid
 	if err := waitReady("http://" + metrics + "/healthz"); err != nil {
@@ -246,14 +239,7 @@ func startUpstreamProcess() (string, func(), error) {
 	}
 	stop := func() {
 		stdin.Close() // the upstream ends when its stdin closes
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }() //nolint:errcheck // ended on purpose
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck
-			<-done
-		}
+		waitOrKill(cmd, 10*time.Second)
 	}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
@@ -468,4 +454,16 @@ func scrape(url, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// waitOrKill waits for a child asked to end, and kills it if it has not after d.
+func waitOrKill(cmd *exec.Cmd, d time.Duration) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // ended on purpose
+	select {
+	case <-done:
+	case <-time.After(d):
+		cmd.Process.Kill() //nolint:errcheck
+		<-done
+	}
 }
