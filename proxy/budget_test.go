@@ -324,6 +324,26 @@ func TestStrategies(t *testing.T) {
 			t.Errorf("no session header went to %s", r.Header.Get("X-Failover-Target"))
 		}
 	})
+	t.Run("FAILOVER_STICKY_HEADER names the session header", func(t *testing.T) {
+		a, b, c := upstream(t), upstream(t), upstream(t)
+		s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=X-User"})...)
+		used := map[string]bool{}
+		for i := range 12 {
+			user := fmt.Sprintf("user-%d", i)
+			first := s.Post("/chat/completions", chatBody, "X-User: "+user).Header.Get("X-Failover-Target")
+			if again := s.Post("/chat/completions", chatBody, "X-User: "+user).Header.Get("X-Failover-Target"); again != first {
+				t.Fatalf("%s moved from %s to %s", user, first, again)
+			}
+			used[first] = true
+		}
+		if len(used) < 2 {
+			t.Errorf("twelve users all landed on %v: the header is not hashed", used)
+		}
+		// The default header means nothing now: declared order.
+		if r := s.Post("/chat/completions", chatBody, "X-Session-Id: s-9"); r.Header.Get("X-Failover-Target") != "t0" {
+			t.Errorf("X-Session-Id was used although FAILOVER_STICKY_HEADER=X-User")
+		}
+	})
 	t.Run("sticky session moves while its target is ejected", func(t *testing.T) {
 		a, b := upstream(t), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_TARGET_0_API_KEY=k", "FAILOVER_TARGET_1_API_KEY=k"})...)

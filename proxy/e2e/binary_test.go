@@ -207,3 +207,39 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 		t.Error("still accepting after exit")
 	}
 }
+
+func TestTextLogFormat(t *testing.T) {
+	up, err := pt.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	addr, maddr := freePort(t), freePort(t)
+	cmd := exec.Command(binary)
+	cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr, "FAILOVER_LOG_FORMAT=text"}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`)); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if strings.Contains(out, `"msg":`) || !strings.Contains(out, "INF listening") || !strings.Contains(out, "INF request") || !strings.Contains(out, "outcome=ok") {
+		t.Fatalf("not the text log:\n%s", out)
+	}
+}
