@@ -129,6 +129,7 @@ func run(n int, bin string, parallel int, settle time.Duration) error {
 		return err
 	}
 	baseHeap := scrape("http://"+metrics+"/metrics", "go_memstats_heap_inuse_bytes")
+	baseStack := scrape("http://"+metrics+"/metrics", "go_memstats_stack_inuse_bytes")
 	fmt.Printf("sidecar pid %d: %d KiB resident before the streams\n", pid, baseRSS)
 
 	fmt.Printf("opening %d streams (%d at a time) ...\n", n, parallel)
@@ -172,11 +173,12 @@ func run(n int, bin string, parallel int, settle time.Duration) error {
 		return err
 	}
 	heap := scrape("http://"+metrics+"/metrics", "go_memstats_heap_inuse_bytes")
+	stack := scrape("http://"+metrics+"/metrics", "go_memstats_stack_inuse_bytes")
 	goroutines := scrape("http://"+metrics+"/metrics", "go_goroutines")
 	perStream := float64(rss-baseRSS) / float64(n)
 	fmt.Printf("sidecar resident memory: %d KiB with %d idle committed streams (%d KiB before)\n", rss, n, baseRSS)
-	fmt.Printf("RESULT idle_streams=%d rss_kib=%d base_rss_kib=%d rss_per_stream_kib=%.1f heap_inuse_per_stream_kib=%.1f goroutines=%.0f\n",
-		n, rss, baseRSS, perStream, (heap-baseHeap)/1024/float64(n), goroutines)
+	fmt.Printf("RESULT idle_streams=%d rss_kib=%d base_rss_kib=%d rss_per_stream_kib=%.1f heap_inuse_per_stream_kib=%.1f stack_inuse_per_stream_kib=%.1f goroutines=%.0f\n",
+		n, rss, baseRSS, perStream, (heap-baseHeap)/1024/float64(n), (stack-baseStack)/1024/float64(n), goroutines)
 	if perStream < 20 {
 		fmt.Printf("target (< 20 KiB per idle committed stream): met\n")
 	} else {
