@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -11,11 +13,6 @@ import (
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
 )
-
-// errInterrupted ends a committed body that could not end cleanly: returning it from the
-// body reader makes fasthttp abort the chunked response instead of writing its last chunk,
-// so the client sees an error, never a clean end.
-var errInterrupted = errors.New("stream interrupted after commit")
 
 // errShutdown ends a wait when the shutdown timeout has passed.
 var errShutdown = errors.New("the sidecar is shutting down")
@@ -31,18 +28,17 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 	ex.copyResponseHeaders()
 	ctx.SetStatusCode(a.status)
 	ex.setFailoverHeaders(a.t)
-	body := ex.upResp.BodyStream()
-	if a.sse && a.bodyErr == io.EOF && ex.gate.Finished() && !ex.gate.Failed() {
+	if a.sse && a.ended && ex.gate.Finished() && !ex.gate.Failed() {
 		// The whole stream, terminal event included, arrived before commit: it goes out in one
 		// write, like a held response, and the upstream connection goes back to the pool.
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
 		ctx.Response.SetBody(ex.gate.Held())
-		ex.reusable = !ex.upResp.ConnectionClose() && ex.upResp.Header.ContentLength() != -2
+		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
 		ex.closeConn()
 		return
 	}
-	if (a.sse || a.pipeRest) && (body != nil || a.sse) {
-		ex.startPipe(a, body)
+	if a.sse || a.pipeRest && ex.body.has() {
+		ex.startStream(a)
 		return
 	}
 	ex.respBody = ctx.Response.SwapBody(a.body)[:0]
@@ -172,152 +168,214 @@ func (ex *exchange) setFailoverHeaders(served *Target) {
 	h.SetBytesKV(headerRequestID, ex.requestID)
 }
 
-// pipe is a committed body: the held bytes first, byte for byte, then the rest of the
-// upstream body, flushed per read. fasthttp reads it after the handler returns and reports
-// how writing ended through CloseWithError (a client that left shows up there as a write
-// error). It is part of the exchange and ends it.
+// pipe is a committed body that is still arriving: an SSE stream, an image, a response past
+// FAILOVER_MAX_RESPONSE_BYTES. The held bytes go first, byte for byte, then the rest of the
+// upstream body as it arrives, one chunk per read, and an interruption the client must see.
+//
+// It is written outside fasthttp's response writer: the handler hijacks the client connection
+// (keeping it), and the stream runs in a goroutine of its own that writes the chunked body
+// itself. While it waits for the upstream it holds no read or write buffer, no request context
+// and only a small stack; with fasthttp's SetBodyStream an idle stream kept its worker
+// goroutine's grown stack, a copy buffer, a write buffer and the request context for its whole
+// life. A clean end hands the connection back to the server for the client's next request.
+// Part of the exchange; owned by the stream goroutine once the handler returns.
 type pipe struct {
-	ex   *exchange
-	a    *attempt
-	held []byte
-	off  int
-	body io.Reader
-	sse  bool
-
-	tail    []byte // the final error event, once the stream is interrupted
-	tailOff int
-	pending error // a read error that came with data, reported by the next Read
+	ex        *exchange
+	a         *attempt
+	held      []byte
+	sse       bool
+	chunked   bool // HTTP/1.1 client: chunked framing; else the body ends when the connection closes
+	keepAlive bool // the connection serves the client's next request after a clean end
+	head      []byte
+	tail      []byte // the final error event, once the stream is interrupted
 
 	interrupted bool
-	clean       bool // the upstream body ended properly
-	closed      bool
 }
 
-func (ex *exchange) startPipe(a *attempt, body io.Reader) {
+// startStream sends attempt a's answer as a stream: headers now, the body from the stream
+// goroutine once the handler returns.
+func (ex *exchange) startStream(a *attempt) {
 	ctx := ex.ctx
 	p := &ex.pipe
-	*p = pipe{ex: ex, a: a, body: body, sse: a.sse, pending: a.bodyErr, tail: p.tail[:0]}
-	size := -1
+	*p = pipe{ex: ex, a: a, sse: a.sse, head: p.head[:0], tail: p.tail[:0]}
 	if a.sse {
 		p.held = ex.gate.Held()
-		// The held bytes are written at once with the headers in one flush; only a stream
-		// committed with nothing held (at headers) flushes its headers on their own, so the
-		// client is not kept waiting for them.
-		ctx.Response.ImmediateHeaderFlush = len(p.held) == 0
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
 	} else {
-		// Chunked too (size stays -1), even when the upstream sent a Content-Length: fasthttp
-		// flushes a chunked body per read but buffers a fixed-size one, so a failure would close
-		// the connection before the status and the bytes already read went out, and the client
-		// would see a bare EOF instead of a committed answer that broke off.
 		p.held = a.body
-		ctx.Response.ImmediateHeaderFlush = len(p.held) == 0
 		if ex.family == stream.Image {
 			ex.srv.metrics.streamCommits[stream.ReasonHeaders].Inc()
 		}
 	}
-	// A stream has no write deadline: the idle timeout between upstream reads bounds it.
-	ctx.SetWriteDeadline(time.Time{})
+	// Chunked even when the upstream sent a Content-Length: a failure after commit must reach
+	// the client as a broken body, not as a complete one that happens to be short.
+	h := &ctx.Response.Header
+	p.chunked = ctx.Request.Header.IsHTTP11()
+	p.keepAlive = p.chunked && !ctx.Request.Header.ConnectionClose()
+	if p.chunked {
+		h.SetContentLength(-1)
+	} else {
+		h.SetContentLength(-2)
+	}
+	if !p.keepAlive {
+		h.SetConnectionClose()
+	}
+	p.head = h.AppendBytes(p.head[:0])
+	if ex.clientFD == -2 {
+		ex.clientFD = socketOf(ctx.Conn())
+	}
+	ex.reqBody = nil // released with the request context; no attempt follows a commit
 	ex.committedStream = true
-	ctx.SetBodyStream(p, size)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(ex.hijackFn)
 }
 
-// Read hands fasthttp the next piece of the committed body.
-func (p *pipe) Read(b []byte) (int, error) {
-	if p.off < len(p.held) {
-		n := copy(b, p.held[p.off:])
-		p.off += n
-		return n, nil
+// hijacked runs in the goroutine fasthttp starts for a hijacked connection: it hands the
+// stream to a goroutine of its own and returns, so fasthttp releases the request context (and
+// the client's request body) now rather than when the stream ends.
+func (ex *exchange) hijacked(c net.Conn) {
+	ex.ctx = nil
+	go ex.serveStream(c)
+}
+
+// serveStream writes the committed stream to the client connection c, ends the request, and
+// then serves the connection's next requests (or closes it).
+func (ex *exchange) serveStream(c net.Conn) {
+	s, p := ex.srv, &ex.pipe
+	w := c
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		w = u.UnsafeConn() // fasthttp's wrapper reads through its buffer; writes go to the socket
 	}
-	if len(p.tail) > 0 {
-		n := copy(b, p.tail[p.tailOff:])
-		p.tailOff += n
-		if p.tailOff == len(p.tail) {
-			p.tail = p.tail[:0]
-		}
-		return n, nil
+	clean, clientLeft := p.run(w)
+	keepAlive := clean && !clientLeft && p.keepAlive
+	p.end(clientLeft) // the exchange goes back to the pool here
+	if keepAlive && !s.closing.Load() {
+		s.proxy.ServeConn(c) //nolint:errcheck // the connection's own end: nothing to report
+		return
 	}
-	if p.interrupted {
-		return 0, errInterrupted
-	}
-	if p.clean {
-		return 0, io.EOF
-	}
+	c.Close()
+}
+
+// streamWriteSize bounds one write of a committed stream (the held bytes can be larger).
+const streamWriteSize = 16 << 10
+
+// streamBuffers lend the buffer a stream's writes are framed in, for one write at a time.
+var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWriteSize+256); return &b }}
+
+// run writes the stream and reports how it ended: clean (the upstream body ended properly,
+// with the family's terminal event), or the client left (a write failed, or the client's
+// connection closed while the upstream was silent). Anything else was an interruption, which
+// the client has been shown.
+func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	ex := p.ex
-	if ex.srv.abort.Load() {
-		return p.interrupt("the sidecar is shutting down")
+	c, body := ex.conn, &ex.body
+	if err := p.send(w, p.head, p.held, false); err != nil {
+		return false, true
 	}
-	if err := p.pending; err != nil {
-		p.pending = nil
-		return p.end(err)
+	if c == nil {
+		return p.finishBody(w, io.EOF)
 	}
-	if p.body == nil {
-		return p.end(io.EOF)
-	}
-	switch err := ex.waitData(ex.conn, deadlineAfter(time.Now(), ex.srv.cfg.Server.IdleTimeout)); err {
-	case nil:
-	case errClientGone:
-		return 0, errClientGone
-	case errDeadline:
-		return p.interrupt("the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
-	default:
-		return p.interrupt("the sidecar is shutting down")
-	}
-	n, err := p.body.Read(b)
-	err = ex.conn.cause(err)
-	if n > 0 {
-		if p.sse {
-			ex.gate.Observe(b[:n])
+	idle := ex.srv.cfg.Server.IdleTimeout
+	for {
+		if ex.srv.abort.Load() {
+			return p.interrupt(w, "the sidecar is shutting down")
 		}
-		p.pending = err
-		return n, nil
+		if !body.done && body.err == nil {
+			if err := ex.waitIdle(c, deadlineAfter(time.Now(), idle)); err != nil {
+				return p.finishBody(w, err)
+			}
+		}
+		data, err := body.next()
+		if len(data) == 0 {
+			return p.finishBody(w, c.cause(err))
+		}
+		if p.sse {
+			ex.gate.Observe(data)
+		}
+		err = p.send(w, nil, data, false)
+		body.consume(len(data))
+		if err != nil {
+			return false, true
+		}
 	}
-	return p.end(err)
 }
 
-// end handles the upstream body's end: a clean end with the family's terminal event ends the
-// client's body; anything else is an interruption the client must see.
-func (p *pipe) end(err error) (int, error) {
+// finishBody ends the stream after the upstream body ended with err: io.EOF with the family's
+// terminal event ends it cleanly; anything else is an interruption the client must see.
+func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
-	case err == nil:
-		return 0, nil
 	case err == errClientGone:
-		return 0, errClientGone
+		return false, true
 	case err == errDeadline:
-		return p.interrupt("the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
+		return p.interrupt(w, "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
 	case err == errShutdown:
-		return p.interrupt("the sidecar is shutting down")
+		return p.interrupt(w, "the sidecar is shutting down")
 	case err != io.EOF:
-		return p.interrupt("the upstream connection failed after output began")
+		return p.interrupt(w, "the upstream connection failed after output began")
 	case p.sse && !p.ex.gate.Finished():
-		return p.interrupt("the upstream ended the stream without its final event")
+		return p.interrupt(w, "the upstream ended the stream without its final event")
 	}
-	p.clean = true
-	return 0, io.EOF
+	if err := p.send(w, nil, nil, true); err != nil {
+		return false, true
+	}
+	return true, false
 }
 
-// interrupt queues the family's final error event (SSE) and then ends the body with an error.
-func (p *pipe) interrupt(msg string) (int, error) {
+// interrupt writes the family's final error event (SSE) and leaves the body unterminated: the
+// connection is closed without the last chunk, so the client sees an error, never a clean end.
+func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 	p.interrupted = true
-	if !p.sse {
-		return 0, errInterrupted
+	if p.sse {
+		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
+		if err := p.send(w, nil, p.tail, false); err != nil {
+			return false, true
+		}
 	}
-	p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
-	p.tailOff = 0
-	return 0, nil // fasthttp reads again at once and gets the tail
+	return false, false
 }
 
-// CloseWithError is called by fasthttp once writing the body ended: err is nil after a clean
-// end, errInterrupted after an interruption, or the write error when the client left. The
-// final outcome goes through the decision function like every other.
-func (p *pipe) CloseWithError(err error) error {
-	if p.closed {
-		return nil
+// send writes pre as it is, then data framed as chunks (as it is without chunking), then the
+// last chunk when last is set, in one write unless data is larger than streamWriteSize.
+func (p *pipe) send(w net.Conn, pre, data []byte, last bool) error {
+	bp := streamBuffers.Get().(*[]byte)
+	b := append((*bp)[:0], pre...)
+	var err error
+	for len(data) > 0 {
+		n := min(len(data), streamWriteSize)
+		if p.chunked {
+			b = strconv.AppendInt(b, int64(n), 16)
+			b = append(b, "\r\n"...)
+		}
+		b = append(b, data[:n]...)
+		if p.chunked {
+			b = append(b, "\r\n"...)
+		}
+		if data = data[n:]; len(data) > 0 {
+			if _, err = w.Write(b); err != nil {
+				break
+			}
+			b = b[:0]
+		}
 	}
-	p.closed = true
+	if last && p.chunked {
+		b = append(b, "0\r\n\r\n"...)
+	}
+	if err == nil && len(b) > 0 {
+		_, err = w.Write(b)
+	}
+	if cap(b) <= 4*streamWriteSize {
+		*bp = b[:0]
+		streamBuffers.Put(bp)
+	}
+	return err
+}
+
+// end records how the stream ended: the final outcome goes through the decision function like
+// every other, then the request is finished.
+func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
 	s := ex.srv
-	clientLeft := ex.gone || (err != nil && !errors.Is(err, errInterrupted) && !p.interrupted)
+	clientLeft = clientLeft || ex.gone
 	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
 	if p.sse && ex.gate.Failed() {
 		// The upstream's own error event reached the client, which needs no second one: the
@@ -345,10 +403,25 @@ func (p *pipe) CloseWithError(err error) error {
 			r.class, r.reason = v.Class, v.Reason
 		}
 	}
-	ex.reusable = p.clean && !clientLeft && !ex.upResp.ConnectionClose() && ex.upResp.Header.ContentLength() != -2
+	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
 	ex.closeConn()
 	ex.finish()
-	return nil
+}
+
+// waitIdle arms c's reads with deadline and the client and shutdown watchers, and waits for
+// the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
+// read buffer while it waits. The reads that follow (a chunk's framing split across packets)
+// stay armed.
+func (ex *exchange) waitIdle(c *upConn, deadline time.Time) error {
+	if c.raw == nil || c.buffered() > 0 {
+		return ex.waitData(c, deadline)
+	}
+	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
+	c.releaseReader()
+	start := time.Now()
+	err := c.rd.waitReadable(c.raw)
+	ex.waited += time.Since(start)
+	return err
 }
 
 // finish ends the request: metrics, the ledger record, and the exchange goes back to the pool.
@@ -361,8 +434,8 @@ func (ex *exchange) finish() {
 	m.duration[ex.family].Update(ex.duration.Seconds())
 	m.overhead.Update(max(ex.duration-ex.waited, 0).Seconds())
 	ex.logRequest()
-	ex.ctx, ex.body = nil, nil
-	ex.pipe = pipe{tail: ex.pipe.tail[:0]}
+	ex.ctx, ex.reqBody = nil, nil
+	ex.pipe = pipe{head: ex.pipe.head[:0], tail: ex.pipe.tail[:0]}
 	if cap(ex.respBody) > 1<<20 {
 		ex.respBody = nil
 	}

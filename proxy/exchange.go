@@ -7,9 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -36,7 +34,7 @@ type exchange struct {
 	head        bool
 	requestID   []byte
 	tokenHeader []byte // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
-	body        []byte // the client's body: valid while the handler runs
+	reqBody     []byte // the client's body: valid while the handler runs
 	subBody     []byte // the body with a substituted model
 	uri         []byte
 
@@ -53,6 +51,7 @@ type exchange struct {
 	upReq    fasthttp.Request
 	upResp   fasthttp.Response
 	conn     *upConn
+	body     upBody // the upstream response's body, read in place
 	respBody []byte
 	gate     stream.Gate
 	reusable bool // the upstream response was read to its end and the connection may be pooled
@@ -72,6 +71,7 @@ type exchange struct {
 	gone     bool
 	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
 	stopFn   func() bool
+	hijackFn fasthttp.HijackHandler // ex.hijacked, made once
 }
 
 // attempt is one try on one target.
@@ -89,7 +89,7 @@ type attempt struct {
 	truncated     bool
 	sse           bool // commit pipes an SSE stream through the gate's tail
 	pipeRest      bool // commit pipes the rest of a body (image, oversize)
-	bodyErr       error
+	ended         bool // the whole body was read before commit
 	retryAfter    time.Duration
 	hasRetryAfter bool
 	commitReason  stream.CommitReason
@@ -150,14 +150,9 @@ var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), [
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s, clientFD: -2}
-	ex.goneFn, ex.stopFn = ex.clientGone, s.abort.Load
+	ex.goneFn, ex.stopFn, ex.hijackFn = ex.clientGone, s.abort.Load, ex.hijacked
 	return ex
 }
-
-// peekBuffers lend the buffer a stream is read into before commit; the gate copies what it
-// keeps, so the buffer goes back as soon as the gate decides and an idle committed stream
-// holds none.
-var peekBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // begin reads what the sidecar needs from the request.
 func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
@@ -166,8 +161,8 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.path = append(ex.path[:0], ctx.Path()...)
 	ex.family = familyOf(ex.path)
 	ex.head = ctx.IsHead()
-	ex.body = ctx.PostBody()
-	ex.fields = scanRequest(ex.body)
+	ex.reqBody = ctx.PostBody()
+	ex.fields = scanRequest(ex.reqBody)
 	ex.model = append(ex.model[:0], ex.fields.model...)
 	ex.streaming = ex.fields.stream || bytes.Contains(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
@@ -499,11 +494,12 @@ func (ex *exchange) clientGone() bool {
 // or the client.
 func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
-	if c.br.Buffered() > 0 {
+	br := c.reader()
+	if br.Buffered() > 0 {
 		return nil
 	}
 	start := time.Now()
-	_, err := c.br.Peek(1)
+	_, err := br.Peek(1)
 	ex.waited += time.Since(start)
 	if err != nil && c.rd.why != nil {
 		return c.rd.why
@@ -527,12 +523,11 @@ func (ex *exchange) closeConn() {
 		return
 	}
 	ex.conn = nil
-	ex.upResp.CloseBodyStream() //nolint:errcheck // releasing the stream object
 	if ex.reusable {
 		ex.cur.t.pool.put(c, time.Now())
 		return
 	}
-	c.conn.Close()
+	c.close()
 }
 
 // do performs one attempt up to its verdict: connect, send, read the headers, then hold the
@@ -553,7 +548,7 @@ func (ex *exchange) do(a *attempt) {
 			return
 		}
 		if err = writeRequest(c, &ex.upReq, writeDeadline); err != nil {
-			c.conn.Close()
+			c.close()
 			if c.reused && tries == 0 {
 				continue // a pooled connection the far side had closed: once more, on a fresh one
 			}
@@ -566,13 +561,13 @@ func (ex *exchange) do(a *attempt) {
 			headerDeadline = deadlineAfter(a.sent, cfg.FirstByteTimeout)
 		}
 		if err = ex.waitData(c, headerDeadline); err != nil {
-			c.conn.Close()
+			c.close()
 			ex.fail(a, err)
 			return
 		}
 		if c.reused && tries == 0 {
-			if _, err := c.br.Peek(1); err != nil && c.rd.why == nil {
-				c.conn.Close()
+			if _, err := c.reader().Peek(1); err != nil && c.rd.why == nil {
+				c.close()
 				continue // closed before answering: the request never reached a live server
 			}
 		}
@@ -581,12 +576,12 @@ func (ex *exchange) do(a *attempt) {
 	ex.conn = c
 	resp := &ex.upResp
 	resp.Reset()
-	resp.StreamBody = true
-	resp.SkipBody = ex.head
-	if err := resp.Read(c.br); err != nil {
+	resp.SkipBody = true // the body is read in place (body.go)
+	if err := resp.Read(c.reader()); err != nil {
 		ex.fail(a, c.cause(err))
 		return
 	}
+	ex.body.reset(c, resp, ex.head)
 	a.phase = PhaseBeforeContent
 	a.status = resp.StatusCode()
 	ttfb := time.Since(a.sent)
@@ -609,7 +604,7 @@ func (ex *exchange) do(a *attempt) {
 // fail records an attempt that lost its connection or waited too long.
 func (ex *exchange) fail(a *attempt, err error) {
 	if ex.conn != nil {
-		ex.conn.conn.Close()
+		ex.conn.close()
 		ex.conn = nil
 	}
 	a.kind = classify.KindTransport
@@ -628,52 +623,43 @@ func (ex *exchange) fail(a *attempt, err error) {
 // readBody holds a non-streaming response up to FAILOVER_MAX_RESPONSE_BYTES for the decision.
 // Past it, the response will commit and the rest is streamed through.
 func (ex *exchange) readBody(a *attempt, deadline time.Time) {
-	resp, c := &ex.upResp, ex.conn
+	resp, c, body := &ex.upResp, ex.conn, &ex.body
 	a.kind = classify.KindResponse
-	body := resp.BodyStream()
 	b := ex.respBody[:0]
-	if body == nil {
-		a.body = b
-		ex.reusable = !resp.ConnectionClose()
-		return
-	}
 	limit := ex.srv.maxResponse
 	cl := resp.Header.ContentLength()
-	if cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
+	if body.has() && cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
 		b = make([]byte, 0, cl)
 	}
 	for {
-		if cl >= 0 && len(b) >= cl {
-			ex.reusable = !resp.ConnectionClose()
-			break
-		}
 		if limit > 0 && len(b) > limit {
 			a.truncated, a.pipeRest = true, true
 			break
 		}
-		if len(b) == cap(b) {
-			b = slices.Grow(b, max(4096, len(b)))
+		if !body.done {
+			if err := ex.waitData(c, deadline); err != nil {
+				ex.respBody = b
+				ex.fail(a, err)
+				return
+			}
 		}
-		if err := ex.waitData(c, deadline); err != nil {
-			ex.respBody = b
-			ex.fail(a, err)
-			return
+		p, err := body.next()
+		if len(p) > 0 {
+			if limit > 0 {
+				p = p[:min(len(p), limit+1-len(b))] // one byte past the limit tells that the body is larger
+			}
+			b = append(b, p...)
+			body.consume(len(p))
+			continue
 		}
-		end := cap(b)
-		if limit > 0 {
-			end = min(end, limit+1) // one byte past the limit tells that the body is larger
-		}
-		n, err := body.Read(b[len(b):end])
-		b = b[:len(b)+n]
 		if err == io.EOF {
-			ex.reusable = !resp.ConnectionClose() && cl != -2
+			a.ended = true
+			ex.reusable = body.reusable() && !resp.ConnectionClose()
 			break
 		}
-		if err != nil {
-			ex.respBody = b
-			ex.fail(a, c.cause(err))
-			return
-		}
+		ex.respBody = b
+		ex.fail(a, c.cause(err))
+		return
 	}
 	ex.respBody = b
 	a.body = b
@@ -681,7 +667,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 
 // peek holds an SSE stream until the gate decides: commit, error, or empty (SPEC section 6).
 func (ex *exchange) peek(a *attempt, deadline time.Time) {
-	g, c := &ex.gate, ex.conn
+	g, c, body := &ex.gate, ex.conn, &ex.body
 	g.Reset(ex.family, ex.srv.peek)
 	a.sse = true
 	if ex.srv.peek <= 0 {
@@ -689,24 +675,21 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 		a.kind, a.commitReason = classify.KindStreamCommit, stream.ReasonHeaders
 		return
 	}
-	body := ex.upResp.BodyStream()
-	if body == nil {
-		a.kind = classify.KindStreamEmpty
-		return
-	}
-	bp := peekBuffers.Get().(*[]byte)
-	defer peekBuffers.Put(bp)
-	buf := *bp
 	for {
-		if err := ex.waitData(c, deadline); err != nil {
-			ex.fail(a, err)
-			return
+		if !body.done {
+			if err := ex.waitData(c, deadline); err != nil {
+				ex.fail(a, err)
+				return
+			}
 		}
-		n, err := body.Read(buf)
-		if n > 0 {
-			switch g.Feed(buf[:n]) {
+		p, err := body.next()
+		if len(p) > 0 {
+			verdict := g.Feed(p)
+			body.consume(len(p))
+			switch verdict {
 			case stream.Commit:
-				a.kind, a.body, a.commitReason, a.bodyErr = classify.KindStreamCommit, g.Events(), g.Reason(), c.cause(err)
+				a.kind, a.body, a.commitReason = classify.KindStreamCommit, g.Events(), g.Reason()
+				a.ended = g.Finished() && ex.bodyEnds()
 				return
 			case stream.Error:
 				a.kind, a.body = classify.KindStreamError, g.ErrorData()
@@ -715,6 +698,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 				a.kind = classify.KindStreamEmpty
 				return
 			}
+			continue
 		}
 		if err == io.EOF {
 			if g.End() == stream.Error {
@@ -722,14 +706,35 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 			} else {
 				a.kind = classify.KindStreamEmpty
 			}
-			ex.reusable = !ex.upResp.ConnectionClose()
+			ex.reusable = body.reusable() && !ex.upResp.ConnectionClose()
 			return
 		}
-		if err != nil {
-			ex.fail(a, c.cause(err))
-			return
-		}
+		ex.fail(a, c.cause(err))
+		return
 	}
+}
+
+// bodyEnds reports whether the stream's body ends with what the connection's buffer already
+// holds: its last event arrived with the end of the body (the common case for a short answer),
+// so the stream can go out as one write. It reads only what is buffered, never waits.
+func (ex *exchange) bodyEnds() bool {
+	body := &ex.body
+	switch body.mode {
+	case bodyLength:
+		return body.done
+	case bodyChunked:
+		if body.done {
+			return true
+		}
+		// The end of a chunked body is the last chunk's CRLF, "0", CRLF and the empty line:
+		// only worth parsing when all of it is there.
+		if body.left != 0 || ex.conn.buffered() < len("\r\n0\r\n\r\n") {
+			return false
+		}
+		_, err := body.next()
+		return err == io.EOF
+	}
+	return false
 }
 
 // buildRequest prepares the upstream request for attempt a (SPEC section 7).
@@ -763,9 +768,9 @@ func (ex *exchange) buildRequest(a *attempt) {
 	var num [20]byte
 	h.SetBytesKV(headerAttempt, strconv.AppendInt(num[:0], int64(a.n), 10))
 
-	body := ex.body
+	body := ex.reqBody
 	if t.model != nil && ex.fields.modelStart >= 0 {
-		ex.subBody = appendSubstitutedBody(ex.subBody[:0], ex.body, &ex.fields, t.model)
+		ex.subBody = appendSubstitutedBody(ex.subBody[:0], ex.reqBody, &ex.fields, t.model)
 		body = ex.subBody
 	}
 	req.SetBodyRaw(body)

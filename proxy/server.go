@@ -110,6 +110,9 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		// The 16 KiB read buffer (sized for the header limit) is only needed while a request
 		// is read: released before the handler runs, an idle committed stream does not hold it.
 		ReduceMemoryUsage: true,
+		// A committed stream hijacks its connection and hands it back with ServeConn after a
+		// clean end (commit.go): fasthttp must not close it when the hijack handler returns.
+		KeepHijackedConns: true,
 		// The write buffer is held for a stream's whole life. 2 KiB holds a response's headers
 		// and a typical event; a larger body is written with writev, not through the buffer.
 		WriteBufferSize: 2 << 10,

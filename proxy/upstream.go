@@ -23,8 +23,8 @@ import (
 // gives no handle on the connection, so a time-to-first-content, an idle gap between reads and
 // "the client left, close the upstream now" cannot be expressed with it. Owning the net.Conn,
 // each phase sets its own read deadline, and closing the conn aborts whatever is in flight.
-// fasthttp still writes requests and parses responses (Request.Write, Response.Read with
-// StreamBody).
+// fasthttp still writes requests and parses response headers (Request.Write, Response.Read
+// with SkipBody); bodies are decoded in place (body.go).
 
 const (
 	// idleConnTimeout: a pooled connection idle longer is closed rather than reused. Providers'
@@ -36,18 +36,59 @@ const (
 	// pollInterval is how often a wait on an upstream checks that the client is still there:
 	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
 	pollInterval = 250 * time.Millisecond
-	// upstreamBufferSize sizes the per-connection read buffer and the pooled write buffer.
+	// upstreamBufferSize sizes the pooled read and write buffers. A response's header block
+	// must fit in the read buffer.
 	upstreamBufferSize = 4096
 )
 
 // upConn is one connection to a target. Owned by one attempt at a time.
 type upConn struct {
-	conn      net.Conn // what HTTP goes through (*net.TCPConn or *tls.Conn)
-	fd        int      // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
+	conn      net.Conn        // what HTTP goes through (*net.TCPConn or *tls.Conn)
+	fd        int             // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
+	raw       syscall.RawConn // the TCP socket for waiting without a buffer; nil under TLS (tls.Conn buffers itself)
 	rd        pollReader
-	br        *bufio.Reader // reads through rd
+	br        *bufio.Reader // reads through rd; lent from readerPool while it holds bytes or a read runs
 	idleSince time.Time
 	reused    bool
+}
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
+
+// reader returns the connection's buffered reader, borrowing one when it has none.
+func (c *upConn) reader() *bufio.Reader {
+	if c.br == nil {
+		c.br = readerPool.Get().(*bufio.Reader)
+		c.br.Reset(&c.rd)
+	}
+	return c.br
+}
+
+// releaseReader gives the buffered reader back when it holds nothing, so a connection that
+// waits (an idle committed stream, a pooled keep-alive connection) holds no buffer.
+func (c *upConn) releaseReader() {
+	if c.br != nil && c.br.Buffered() == 0 {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
+}
+
+// buffered reports how many unread bytes the connection's reader holds.
+func (c *upConn) buffered() int {
+	if c.br == nil {
+		return 0
+	}
+	return c.br.Buffered()
+}
+
+// close closes the connection and gives back its reader.
+func (c *upConn) close() {
+	c.conn.Close()
+	if c.br != nil {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
 }
 
 // pollReader is what an upstream connection's buffered reader reads through. It cuts every
@@ -72,29 +113,72 @@ func (r *pollReader) arm(deadline time.Time, gone, stop func() bool) {
 
 func (r *pollReader) Read(p []byte) (int, error) {
 	for {
-		now := time.Now()
-		if !r.deadline.IsZero() && !now.Before(r.deadline) {
-			r.why = errDeadline
-			return 0, errDeadline
+		if err := r.slice(); err != nil {
+			return 0, err
 		}
-		slice := now.Add(pollInterval)
-		if !r.deadline.IsZero() && r.deadline.Before(slice) {
-			slice = r.deadline
-		}
-		r.conn.SetReadDeadline(slice)
 		n, err := r.conn.Read(p)
 		if n > 0 || err == nil || !isTimeout(err) {
 			return n, err
 		}
-		switch {
-		case r.gone != nil && r.gone():
-			r.why = errClientGone
-			return 0, errClientGone
-		case r.stop != nil && r.stop():
-			r.why = errShutdown
-			return 0, errShutdown
+		if err := r.expired(); err != nil {
+			return 0, err
 		}
 	}
+}
+
+// waitReadable blocks, in the same slices as Read and with the same endings, until raw has
+// something to read (or an error to report), without a buffer to read into: the reads that
+// follow find the data.
+func (r *pollReader) waitReadable(raw syscall.RawConn) error {
+	for {
+		if err := r.slice(); err != nil {
+			return err
+		}
+		err := raw.Read(hasInput)
+		if err == nil || !isTimeout(err) {
+			return nil
+		}
+		if err := r.expired(); err != nil {
+			return err
+		}
+	}
+}
+
+// hasInput is a RawConn.Read callback: true when the socket has data, an end or an error to
+// read, false (wait for the poller) when a read would block.
+func hasInput(fd uintptr) bool {
+	var buf [1]byte
+	_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return errno != syscall.EAGAIN
+}
+
+// slice sets the read deadline for the next slice of a wait, or reports errDeadline.
+func (r *pollReader) slice() error {
+	now := time.Now()
+	if !r.deadline.IsZero() && !now.Before(r.deadline) {
+		r.why = errDeadline
+		return errDeadline
+	}
+	end := now.Add(pollInterval)
+	if !r.deadline.IsZero() && r.deadline.Before(end) {
+		end = r.deadline
+	}
+	r.conn.SetReadDeadline(end)
+	return nil
+}
+
+// expired is called when a slice ended without data: the reason to stop waiting, or nil.
+func (r *pollReader) expired() error {
+	switch {
+	case r.gone != nil && r.gone():
+		r.why = errClientGone
+		return errClientGone
+	case r.stop != nil && r.stop():
+		r.why = errShutdown
+		return errShutdown
+	}
+	return nil
 }
 
 // cause returns why a read on c failed: the pollReader's reason when it gave up, else err.
@@ -139,8 +223,8 @@ func (p *pool) get(now time.Time) (*upConn, error) {
 		// A connection idle for under a second is taken as alive without a syscall: servers
 		// close idle keep-alive connections after seconds, and a stale one that slips through
 		// is caught when its first read fails and redialled once (see exchange.do).
-		if idle > idleConnTimeout || c.br.Buffered() > 0 || idle > time.Second && peerClosed(c.fd) {
-			c.conn.Close()
+		if idle > idleConnTimeout || c.buffered() > 0 || idle > time.Second && peerClosed(c.fd) {
+			c.close()
 			continue
 		}
 		c.reused = true
@@ -151,6 +235,7 @@ func (p *pool) get(now time.Time) (*upConn, error) {
 // put returns a connection whose last response was read to its end.
 func (p *pool) put(c *upConn, now time.Time) {
 	c.idleSince = now
+	c.releaseReader()
 	p.mu.Lock()
 	if len(p.idle) < maxIdlePerTarget {
 		p.idle = append(p.idle, c)
@@ -158,7 +243,7 @@ func (p *pool) put(c *upConn, now time.Time) {
 	}
 	p.mu.Unlock()
 	if c != nil {
-		c.conn.Close()
+		c.close()
 	}
 }
 
@@ -169,7 +254,7 @@ func (p *pool) closeIdle() {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.conn.Close()
+		c.close()
 	}
 }
 
@@ -210,8 +295,10 @@ func (p *pool) dial() (*upConn, error) {
 		tc.SetDeadline(time.Time{})
 		c.conn = tc
 	}
+	if p.tlsConfig == nil {
+		c.raw, _ = tcp.SyscallConn()
+	}
 	c.rd.conn = c.conn
-	c.br = bufio.NewReaderSize(&c.rd, upstreamBufferSize)
 	return c, nil
 }
 
@@ -258,7 +345,7 @@ func transportOf(err error) classify.Transport {
 	case isDial && de.tls:
 		return classify.TransportTLS
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.Is(err, errBrokenChunk):
 		return classify.TransportReset
 	}
 	var be fasthttp.ErrBrokenChunk

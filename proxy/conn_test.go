@@ -1,0 +1,133 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+// rawPost writes one POST on c, as an SDK's keep-alive client would.
+func rawPost(t *testing.T, c net.Conn, proto, body string, extra ...string) {
+	t.Helper()
+	req := "POST /v1/chat/completions " + proto + "\r\nHost: sidecar\r\nContent-Type: application/json\r\n"
+	for _, h := range extra {
+		req += h + "\r\n"
+	}
+	req += "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A committed stream is written outside fasthttp's response writer; after its clean end the
+// client's connection must still serve the next request, as keep-alive SDK clients expect.
+func TestConnectionServesTheNextRequestAfterAStream(t *testing.T) {
+	a := upstream(t,
+		pt.SSE(pt.ChatStream(30*time.Millisecond, "Hello", " world")...), // arrives over time: piped after commit
+		pt.JSON(200, pt.ChatCompletion("second answer")),
+		pt.SSE(pt.ChatStream(30*time.Millisecond, "third")...),
+	)
+	s := start(t, targets(a.URL)...)
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	read := func(want string) *http.Response {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("body: %v (%q)", err, body)
+		}
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Fatalf("got %d %q, want %q in it", resp.StatusCode, body, want)
+		}
+		return resp
+	}
+
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	resp := read(`"content":" world"`)
+	if resp.TransferEncoding == nil || resp.TransferEncoding[0] != "chunked" || resp.Close {
+		t.Fatalf("a stream to an HTTP/1.1 client: chunked keep-alive, got %v close=%v", resp.TransferEncoding, resp.Close)
+	}
+	if resp.Header.Get("X-Failover-Target") != "t0" || resp.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("failover headers missing: %v", resp.Header)
+	}
+	rawPost(t, c, "HTTP/1.1", chatBody)
+	read("second answer")
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	read(`"content":"third"`)
+	if got := len(s.WaitLedger(3)); got != 3 {
+		t.Fatalf("%d ledger records, want 3", got)
+	}
+}
+
+// An HTTP/1.0 client cannot read chunked framing: its stream ends when the connection closes.
+func TestStreamToAnHTTP10Client(t *testing.T) {
+	a := upstream(t, pt.SSE(pt.ChatStream(20*time.Millisecond, "Hello")...))
+	s := start(t, targets(a.URL)...)
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	rawPost(t, c, "HTTP/1.0", streamBody)
+	raw, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(string(raw), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 200") || strings.Contains(strings.ToLower(head), "transfer-encoding") ||
+		!strings.Contains(strings.ToLower(head), "connection: close") {
+		t.Fatalf("head %q", head)
+	}
+	if !strings.HasPrefix(body, pt.ChatRole) || !strings.HasSuffix(body, pt.Done) {
+		t.Fatalf("body %q", body)
+	}
+}
+
+// After an interruption the connection closes without the last chunk: the client's HTTP
+// library reports an error rather than a complete body, and the connection is not reused.
+func TestInterruptedStreamClosesTheConnection(t *testing.T) {
+	events := pt.Events(30*time.Millisecond, pt.ChatRole, pt.ChatDelta("Hello"))
+	step := pt.SSE(events...)
+	step.Fault, step.FaultBytes = pt.FaultResetAfter, 10_000 // the upstream resets after the events
+	a := upstream(t, step)
+	s := start(t, targets(a.URL)...)
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("an interrupted stream read as complete: %q", body)
+	}
+	if !strings.Contains(string(body), `"content":"Hello"`) || !strings.Contains(string(body), `"code":"stream_interrupted"`) {
+		t.Fatalf("body %q", body)
+	}
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the connection stayed open after an interrupted stream (%d, %v)", n, err)
+	}
+}
