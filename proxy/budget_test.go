@@ -114,19 +114,38 @@ func TestElapsedBudgetStopsTheSweep(t *testing.T) {
 }
 
 func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
-	a := upstream(t, busy)
-	b := upstream(t)
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=2", "FAILOVER_BACKOFF_BASE=5s", "FAILOVER_BACKOFF_MAX=5s",
-		"FAILOVER_MAX_ELAPSED=1s"})...)
-	// A backoff of up to 5 s cannot fit in a 1 s budget unless it draws under 1 s; either
-	// way nothing may run past the budget, and the request must not wait seconds.
-	begin := time.Now()
-	r := s.Post("/chat/completions", chatBody)
-	if time.Since(begin) > 1500*time.Millisecond {
-		t.Fatalf("took %v with a 1s budget", time.Since(begin))
+	// Each wait is certain to exceed what is left of a 1 s budget, so the retry must become a
+	// transfer at once: without the check, the first target is called twice (after a 2 s wait),
+	// or the request sleeps far past the client's deadline.
+	tests := []struct {
+		name  string
+		first pt.Step
+		extra []string
+	}{
+		{"a Retry-After longer than the budget left", pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 2"),
+			[]string{"FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"}},
+		// Full jitter draws the wait from [0, 1000h]: under 1 s about once in 3.6 million runs.
+		{"a backoff longer than the budget left", busy, []string{"FAILOVER_BACKOFF_BASE=1000h", "FAILOVER_BACKOFF_MAX=1000h"}},
 	}
-	if r.Status != 200 {
-		t.Fatalf("status %d", r.Status)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, tc.first)
+			b := upstream(t)
+			s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_MAX_ELAPSED=1s"}, tc.extra)...)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(chatBody))
+			r := s.Do(req)
+			if r.Status != 200 || r.Header.Get("X-Failover-Target") != "t1" {
+				t.Fatalf("got %d from %q", r.Status, r.Header.Get("X-Failover-Target"))
+			}
+			if a.Calls() != 1 || b.Calls() != 1 {
+				t.Fatalf("calls a=%d b=%d: a wait that overruns the budget must transfer at once", a.Calls(), b.Calls())
+			}
+			if first := s.Ledger()[0]["ledger"].([]any)[0].(map[string]any); first["action"] != "transfer" {
+				t.Errorf("first attempt %v", first)
+			}
+		})
 	}
 }
 
@@ -207,6 +226,51 @@ func TestEjection(t *testing.T) {
 	}
 }
 
+func TestReadyWhileOneTargetIsUp(t *testing.T) {
+	revoked := pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key"))
+	a := upstream(t, revoked)
+	b := upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-test-revoked", "FAILOVER_TARGET_1_API_KEY=sk-test-good",
+		"FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=1h"})...)
+	ready := func(base string) int {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	proxyBase := strings.TrimSuffix(s.URL, "/v1")
+	if r := s.Post("/chat/completions", chatBody); r.Status != 200 || r.Header.Get("X-Failover-Target") != "t1" {
+		t.Fatalf("first request: %d from %q", r.Status, r.Header.Get("X-Failover-Target"))
+	}
+	if ev := s.Records("target_ejected"); len(ev) != 1 || ev[0]["target"] != "t0" {
+		t.Fatalf("ejections %v", ev)
+	}
+	m := s.ScrapeMetrics()
+	if !strings.Contains(m, `failover_target_up{target="t0"} 0`) || !strings.Contains(m, `failover_target_up{target="t1"} 1`) {
+		t.Fatalf("target_up:\n%s", m)
+	}
+	for _, base := range []string{s.Metrics, proxyBase} {
+		if got := ready(base); got != 200 {
+			t.Errorf("%s/readyz = %d with one of two targets up", base, got)
+		}
+	}
+	// The second key is revoked too: every target is ejected.
+	b.Script(revoked)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 401 {
+		t.Fatalf("second request: %d", r.Status)
+	}
+	if ev := s.Records("target_ejected"); len(ev) != 2 {
+		t.Fatalf("ejections %v", ev)
+	}
+	for _, base := range []string{s.Metrics, proxyBase} {
+		if got := ready(base); got != 503 {
+			t.Errorf("%s/readyz = %d with every target ejected", base, got)
+		}
+	}
+}
+
 func TestRetryBudget(t *testing.T) {
 	a := upstream(t, busy)
 	b := upstream(t)
@@ -242,7 +306,8 @@ func TestClientGoneStopsEverything(t *testing.T) {
 	t.Run("during a slow non-streaming attempt", func(t *testing.T) {
 		a := upstream(t, pt.Step{Fault: pt.FaultStall})
 		b := upstream(t)
-		s := start(t, targets(a.URL, b.URL)...)
+		// One health failure would eject: a cancelled attempt must not be one.
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=1h"})...)
 		left := cancelAfter(t, s, 300*time.Millisecond)
 		select {
 		case at := <-a.PeerClosed():
@@ -259,8 +324,13 @@ func TestClientGoneStopsEverything(t *testing.T) {
 		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" {
 			t.Errorf("ledger %v", rec)
 		}
-		if !strings.Contains(s.ScrapeMetrics(), `failover_target_up{target="t0"} 1`) {
-			t.Error("a cancelled attempt must not count against the target")
+		if !strings.Contains(s.ScrapeMetrics(), `failover_target_up{target="t0"} 1`) || len(s.Records("target_ejected")) != 0 {
+			t.Fatal("a cancelled attempt must not count against the target")
+		}
+		// Still the first choice: the next request goes to it, not around it.
+		a.Script(pt.JSON(200, pt.ChatCompletion("a is fine")))
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || r.Header.Get("X-Failover-Target") != "t0" || b.Calls() != 0 {
+			t.Errorf("next request: %d from %q, second target called %d times", r.Status, r.Header.Get("X-Failover-Target"), b.Calls())
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -149,6 +150,81 @@ func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
 	}
 	if r.Status != 502 || json.Unmarshal(r.Body, &anth) != nil || anth.Type != "error" || anth.Error.Type != "api_error" {
 		t.Fatalf("messages: got %d %s", r.Status, r.Body)
+	}
+}
+
+func TestExhaustionByTimeoutIs504FamilyShaped(t *testing.T) {
+	tests := []struct {
+		name, path, body string
+		code             func(body []byte) (string, bool) // the error code, and whether the shape is the family's
+	}{
+		{"chat", "/chat/completions", chatBody, func(b []byte) (string, bool) {
+			var doc struct {
+				Error struct{ Type, Code, Message string }
+			}
+			ok := json.Unmarshal(b, &doc) == nil && doc.Error.Type == "failover_error" && doc.Error.Message != ""
+			return doc.Error.Code, ok
+		}},
+		{"messages", "/messages", `{"model":"claude","max_tokens":5,"messages":[]}`, func(b []byte) (string, bool) {
+			var doc struct {
+				Type  string
+				Error struct{ Type, Code, Message string }
+			}
+			ok := json.Unmarshal(b, &doc) == nil && doc.Type == "error" && doc.Error.Type == "api_error" && doc.Error.Message != ""
+			return doc.Error.Code, ok
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			first := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
+			last := upstream(t, pt.Step{Fault: pt.FaultStall})
+			s := start(t, env(targets(first.URL, last.URL), []string{"FAILOVER_ATTEMPT_TIMEOUT=200ms"})...)
+			r := s.Post(tc.path, tc.body)
+			code, shaped := tc.code(r.Body)
+			if r.Status != 504 || code != "upstream_timeout" || !shaped {
+				t.Fatalf("got %d %s, want 504 upstream_timeout in the %s shape", r.Status, r.Body, tc.name)
+			}
+			if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("X-Failover-Attempts") != "2" {
+				t.Errorf("headers %v", r.Header)
+			}
+			rec := s.Ledger()[0]
+			last0 := rec["ledger"].([]any)[1].(map[string]any)
+			if rec["outcome"] != "exhausted" || last0["class"] != "timeout" || last0["target"] != "t1" {
+				t.Errorf("ledger %v", rec)
+			}
+		})
+	}
+}
+
+func TestUpstreamSeesOneRequestIDAndNumberedAttempts(t *testing.T) {
+	tests := []struct {
+		name   string
+		header []string
+		wantID string // "" for a generated one
+	}{
+		{"the client's X-Request-Id", []string{"X-Request-Id: req-test-0042"}, "req-test-0042"},
+		{"a generated X-Request-Id", nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
+			b := upstream(t)
+			s := start(t, targets(a.URL, b.URL)...)
+			r := s.Post("/chat/completions", chatBody, tc.header...)
+			if r.Status != 200 || a.Calls() != 1 || b.Calls() != 1 {
+				t.Fatalf("status %d, calls a=%d b=%d", r.Status, a.Calls(), b.Calls())
+			}
+			id := r.Header.Get("X-Request-Id")
+			if id == "" || tc.wantID != "" && id != tc.wantID {
+				t.Fatalf("answer's X-Request-Id %q, want %q", id, tc.wantID)
+			}
+			for i, got := range []map[string]string{a.Requests()[0].Header, b.Requests()[0].Header} {
+				if got["X-Request-Id"] != id || got["X-Failover-Attempt"] != strconv.Itoa(i+1) {
+					t.Errorf("attempt %d reached the upstream with X-Request-Id %q and X-Failover-Attempt %q, want %q and %d",
+						i+1, got["X-Request-Id"], got["X-Failover-Attempt"], id, i+1)
+				}
+			}
+		})
 	}
 }
 

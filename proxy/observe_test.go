@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -160,7 +161,8 @@ func TestLoadShedding(t *testing.T) {
 }
 
 func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
-	up := upstream(t, pt.SSE(pt.ChatStream(150*time.Millisecond, "one", "two", "three", "four")...))
+	// About 1 s of stream: the checks below run well inside the drain.
+	up := upstream(t, pt.SSE(pt.ChatStream(100*time.Millisecond, "one", "two", "three", "four", "five", "six", "seven", "eight")...))
 	s := start(t, targets(up.URL)...)
 	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
 	resp, err := sidecar.Client.Do(req)
@@ -174,13 +176,42 @@ func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
 		s.Srv.Shutdown(ctx)
 		close(done)
 	}()
-	time.Sleep(50 * time.Millisecond)
-	if _, err := http.Get(s.Metrics + "/readyz"); err == nil {
-		// the probe listener may still answer during the drain, but not ready
-		r, _ := http.Get(s.Metrics + "/readyz")
-		if r != nil && r.StatusCode == 200 {
-			t.Error("ready during shutdown")
+	// The probe listener answers until the drain is over, and says not ready; the proxy
+	// listener takes nothing new. Both are polled briefly (Shutdown runs on its own goroutine),
+	// for far less than the drain lasts.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for {
+		ready, err := http.Get(s.Metrics + "/readyz")
+		if err != nil {
+			t.Fatalf("/readyz during the drain: %v", err)
 		}
+		ready.Body.Close()
+		if ready.StatusCode == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d during shutdown, want 503", ready.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy listener still accepts connections during the drain")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	if r, err := fresh.Post(s.URL+"/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
+		r.Body.Close()
+		t.Errorf("a new request during the drain was answered %d", r.StatusCode)
+	}
+	if up.Calls() != 1 {
+		t.Errorf("%d upstream calls: a request that arrived during the drain was served", up.Calls())
 	}
 	body, err := readAll(resp)
 	if err != nil || !strings.HasSuffix(body, pt.Done) {
@@ -190,6 +221,48 @@ func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("shutdown did not return after the stream finished")
+	}
+}
+
+func TestOverheadExcludesUpstreamTime(t *testing.T) {
+	const upstreamTime = 300 * time.Millisecond
+	slow := pt.JSON(200, pt.ChatCompletion("slow"))
+	slow.Delay = upstreamTime
+	tests := []struct {
+		name string
+		step pt.Step
+		body string
+	}{
+		{"non-streaming answer after a delay", slow, chatBody},
+		// role at 0, then content every 100 ms: finish at 300 ms, [DONE] at 400 ms.
+		{"stream spread over time", pt.SSE(pt.ChatStream(100*time.Millisecond, "one", "two")...), streamBody},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, tc.step)
+			s := start(t, targets(up.URL)...)
+			const n = 1
+			for range n {
+				if r := s.Post("/chat/completions", tc.body); r.Status != 200 || r.Err != nil {
+					t.Fatalf("status %d err %v", r.Status, r.Err)
+				}
+			}
+			s.WaitLedger(n)
+			page := s.ScrapeMetrics()
+			if c := metric(page, `failover_overhead_seconds_count`); c != n {
+				t.Fatalf("overhead count %v, want %d", c, n)
+			}
+			total := metric(page, `failover_request_duration_seconds_sum{family="chat"}`)
+			overhead := metric(page, `failover_overhead_seconds_sum`)
+			if total < n*upstreamTime.Seconds() {
+				t.Fatalf("request duration sum %vs for %d requests of at least %v each", total, n, upstreamTime)
+			}
+			// Far below the upstream's time: the sidecar's own share is milliseconds, and a third
+			// of the upstream time still leaves room for a slow machine.
+			if overhead < 0 || overhead/n > upstreamTime.Seconds()/3 {
+				t.Errorf("overhead %vs per request (of %vs in all): the upstream's time is counted as the sidecar's", overhead/n, total/n)
+			}
+		})
 	}
 }
 

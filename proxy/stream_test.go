@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -301,5 +303,97 @@ func TestStreamThatArrivesWholeIsSentInOneBody(t *testing.T) {
 	up.Script(pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: strings.TrimSuffix(body, pt.Done)})
 	if r := s.Post("/chat/completions", streamBody); r.Err == nil || !strings.Contains(string(r.Body), "stream_interrupted") {
 		t.Fatalf("a whole stream without [DONE] ended cleanly: %v %q", r.Err, r.Body)
+	}
+}
+
+func TestStreamLastAttemptFailingBeforeContentAnswersAnError(t *testing.T) {
+	const messagesBody = `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`
+	messagesOpening := pt.AnthropicStream(0)[:3] // message_start, content_block_start, ping: no content
+	tests := []struct {
+		name, path, body string
+		step             pt.Step
+		wantStatus       int
+		wantBody         string // the upstream's own error document, or "" for the sidecar's
+		wantCode         string // the sidecar's error code when wantBody is ""
+	}{
+		{name: "chat error before content gives the upstream's error", path: "/chat/completions", body: streamBody,
+			step:       pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("The server had an error", "server_error", "server_error"))...),
+			wantStatus: 500, wantBody: pt.OpenAIError("The server had an error", "server_error", "server_error")},
+		{name: "chat role then EOF is an empty stream", path: "/chat/completions", body: streamBody,
+			step: pt.SSE(pt.Events(0, pt.ChatRole)...), wantStatus: 502, wantCode: "empty_response"},
+		{name: "chat [DONE]-only is an empty stream", path: "/chat/completions", body: streamBody,
+			step: pt.SSE(pt.Events(0, pt.Done)...), wantStatus: 502, wantCode: "empty_response"},
+		{name: "messages overloaded before content gives the upstream's error", path: "/messages", body: messagesBody,
+			step:       pt.SSE(pt.Events(0, messagesOpening[0].Data, pt.AnthropicStreamError("overloaded_error", "Overloaded"))...),
+			wantStatus: 529, wantBody: pt.AnthropicError("overloaded_error", "Overloaded")},
+		{name: "messages opening then EOF is an empty stream", path: "/messages", body: messagesBody,
+			step: pt.SSE(messagesOpening...), wantStatus: 502, wantCode: "empty_response"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, tc.step)
+			s := start(t, targets(up.URL)...)
+			r := s.Post(tc.path, tc.body)
+			if r.Status != tc.wantStatus || r.Err != nil {
+				t.Fatalf("got %d err=%v %q, want %d and a JSON error", r.Status, r.Err, r.Body, tc.wantStatus)
+			}
+			if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("Content-Type %q: the client got a stream instead of an error document: %q", ct, r.Body)
+			}
+			if tc.wantBody != "" && string(r.Body) != tc.wantBody {
+				t.Fatalf("body %s, want the upstream's error %s", r.Body, tc.wantBody)
+			}
+			if tc.wantBody == "" {
+				var chat struct{ Error struct{ Type, Code string } }
+				var anth struct {
+					Type  string
+					Error struct{ Type, Code string }
+				}
+				if tc.path == "/messages" {
+					if json.Unmarshal(r.Body, &anth) != nil || anth.Type != "error" || anth.Error.Type != "api_error" || anth.Error.Code != tc.wantCode {
+						t.Fatalf("not a Messages error with code %s: %s", tc.wantCode, r.Body)
+					}
+				} else if json.Unmarshal(r.Body, &chat) != nil || chat.Error.Type != "failover_error" || chat.Error.Code != tc.wantCode {
+					t.Fatalf("not a chat error with code %s: %s", tc.wantCode, r.Body)
+				}
+			}
+			if r.Header.Get("X-Failover-Target") != "t0" || r.Header.Get("X-Failover-Attempts") != "1" {
+				t.Errorf("headers %v", r.Header)
+			}
+			if rec := s.WaitLedger(1)[0]; rec["outcome"] != "exhausted" || rec["status"].(float64) != float64(tc.wantStatus) {
+				t.Errorf("ledger %v", rec)
+			}
+		})
+	}
+}
+
+func TestMaxElapsedNeverCutsACommittedStream(t *testing.T) {
+	// About 1 s of content against a 300 ms budget: the budget is only checked before an
+	// attempt starts, so the committed stream runs to its terminal event.
+	words := make([]string, 8)
+	for i := range words {
+		words[i] = fmt.Sprintf("w%d ", i)
+	}
+	chunks := pt.ChatStream(100*time.Millisecond, words...)
+	a := upstream(t, pt.SSE(chunks...))
+	b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_MAX_ELAPSED=300ms", "FAILOVER_IDLE_TIMEOUT=5s"})...)
+	begin := time.Now()
+	r := s.Post("/chat/completions", streamBody)
+	took := time.Since(begin)
+	if r.Status != 200 || r.Err != nil || string(r.Body) != joined(chunks) {
+		t.Fatalf("got %d err=%v after %v:\n%q\nwant the whole stream:\n%q", r.Status, r.Err, took, r.Body, joined(chunks))
+	}
+	if took < 300*time.Millisecond {
+		t.Fatalf("the stream took %v: it did not outlast the budget, so the test proves nothing", took)
+	}
+	if b.Calls() != 0 {
+		t.Fatalf("second target called %d times", b.Calls())
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+		t.Errorf("ledger %v", rec)
+	}
+	if len(s.Records("routing_transfer_limit_reached")) != 0 {
+		t.Error("the elapsed budget fired on a committed stream")
 	}
 }

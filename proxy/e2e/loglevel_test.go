@@ -1,0 +1,96 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+func TestDebugLevelLogsEveryAttempt(t *testing.T) {
+	tests := []struct {
+		level        string
+		wantAttempts int
+	}{
+		{"debug", 2},
+		{"info", 0},
+	}
+	for _, tc := range tests {
+		t.Run("FAILOVER_LOG_LEVEL="+tc.level, func(t *testing.T) {
+			a, err := pt.New(pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := pt.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			addr, maddr := freePort(t), freePort(t)
+			cmd := exec.Command(binary)
+			cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + a.URL, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_1_URL=" + b.URL, "FAILOVER_TARGET_1_NAME=t1",
+				"FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr, "FAILOVER_LOG_FORMAT=json", "FAILOVER_LOG_LEVEL=" + tc.level}
+			var logs bytes.Buffer
+			cmd.Stderr = &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
+					resp.Body.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the sidecar did not start:\n%s", logs.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "2" {
+				t.Fatalf("status %d, attempts %q", resp.StatusCode, resp.Header.Get("X-Failover-Attempts"))
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("exit: %v\n%s", err, logs.String())
+			}
+			var attempts []map[string]any
+			requests := 0
+			sc := bufio.NewScanner(&logs)
+			for sc.Scan() {
+				var rec map[string]any
+				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+					t.Fatalf("log line is not JSON: %s", sc.Text())
+				}
+				switch rec["msg"] {
+				case "attempt":
+					attempts = append(attempts, rec)
+				case "request":
+					requests++
+				}
+			}
+			if requests != 1 || len(attempts) != tc.wantAttempts {
+				t.Fatalf("%d request records and %d attempt records at %s, want 1 and %d", requests, len(attempts), tc.level, tc.wantAttempts)
+			}
+			want := []struct{ target, phase, action string }{{"t0", "before_content", "transfer"}, {"t1", "committed", "commit"}}
+			for i, rec := range attempts {
+				if rec["target"] != want[i].target || rec["phase"] != want[i].phase || rec["action"] != want[i].action || rec["attempt"] != float64(i+1) {
+					t.Errorf("attempt record %d: %v, want target %s, phase %s, action %s", i+1, rec, want[i].target, want[i].phase, want[i].action)
+				}
+			}
+		})
+	}
+}
