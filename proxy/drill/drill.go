@@ -183,7 +183,9 @@ func scenarios() []*scenario {
 
 // Run plays every drill with cfg's policy and prints the table to w. It returns the exit
 // code: 0 when every invariant held, 1 otherwise.
-func Run(cfg *proxy.Config, w io.Writer) int {
+func Run(cfg *proxy.Config, w io.Writer) int { return run(cfg, w, scenarios()) }
+
+func run(cfg *proxy.Config, w io.Writer, list []*scenario) int {
 	n := len(cfg.Targets)
 	names := make([]string, 0, max(n, 3))
 	for _, t := range cfg.Targets {
@@ -199,7 +201,7 @@ func Run(cfg *proxy.Config, w io.Writer) int {
 	fmt.Fprintln(tw, "SCENARIO\tWHAT THE POLICY DID\tATTEMPTS\tSTATUS\tSERVED BY")
 	var failures []string
 	start := time.Now()
-	for i, sc := range scenarios() {
+	for i, sc := range list {
 		r := play(cfg, names, sc, i+1)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.name+r.note, r.describe(), field(r.record, "attempts"), r.statusText(), field(r.record, "target"))
 		for _, p := range r.problems {
@@ -277,8 +279,14 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/v1"+sc.path, strings.NewReader(sc.body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
-	if sc.cancelAfter > 0 {
-		time.AfterFunc(sc.cancelAfter, cancel)
+	if after := sc.cancelAfter; after > 0 {
+		// The client must leave while the stalled first attempt is still running: under a
+		// FAILOVER_ATTEMPT_TIMEOUT shorter than the drill's pause, the attempt would end on its
+		// own and the next target would answer before the client left.
+		if t := base.Server.AttemptTimeout; t > 0 && after > t/2 {
+			after = t / 2
+		}
+		time.AfterFunc(after, cancel)
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}, Timeout: 60 * time.Second}
 	resp, err := client.Do(req)
