@@ -26,6 +26,18 @@ func rawPost(t *testing.T, c net.Conn, proto, body string, extra ...string) {
 	}
 }
 
+// dial opens a client connection to addr, closed when the test ends.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
 // A committed stream is written outside fasthttp's response writer; after its clean end the
 // client's connection must still serve the next request, as keep-alive SDK clients expect.
 func TestConnectionServesTheNextRequestAfterAStream(t *testing.T) {
@@ -35,12 +47,7 @@ func TestConnectionServesTheNextRequestAfterAStream(t *testing.T) {
 		pt.SSE(pt.ChatStream(30*time.Millisecond, "third")...),
 	)
 	s := start(t, targets(a.URL)...)
-	c, err := net.Dial("tcp", s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dial(t, s.Addr)
 	br := bufio.NewReader(c)
 	read := func(want string) *http.Response {
 		t.Helper()
@@ -79,12 +86,7 @@ func TestConnectionServesTheNextRequestAfterAStream(t *testing.T) {
 func TestStreamToAnHTTP10Client(t *testing.T) {
 	a := upstream(t, pt.SSE(pt.ChatStream(20*time.Millisecond, "Hello")...))
 	s := start(t, targets(a.URL)...)
-	c, err := net.Dial("tcp", s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dial(t, s.Addr)
 	rawPost(t, c, "HTTP/1.0", streamBody)
 	raw, err := io.ReadAll(c)
 	if err != nil {
@@ -108,12 +110,7 @@ func TestInterruptedStreamClosesTheConnection(t *testing.T) {
 	step.Fault, step.FaultBytes = pt.FaultResetAfter, 10_000 // the upstream resets after the events
 	a := upstream(t, step)
 	s := start(t, targets(a.URL)...)
-	c, err := net.Dial("tcp", s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dial(t, s.Addr)
 	rawPost(t, c, "HTTP/1.1", streamBody)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)

@@ -137,6 +137,32 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startSidecar starts the binary with env and waits until its metrics listener (maddr, which
+// env must set as FAILOVER_METRICS_LISTEN) answers /healthz. The process is killed when the
+// test ends; its standard error (the log) goes to the returned buffer.
+func startSidecar(t *testing.T, maddr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary)
+	cmd.Env = env
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return cmd, &logs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar did not start:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 	up, err := pt.New(pt.SSE(pt.ChatStream(200*time.Millisecond, "one", "two", "three", "four", "five")...))
 	if err != nil {
@@ -144,26 +170,8 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 	}
 	defer up.Close()
 	addr, maddr := freePort(t), freePort(t)
-	cmd := exec.Command(binary)
-	cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s"}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + maddr + "/readyz"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sidecar did not start:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
+		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s")
 	if _, stderr, code := runBinary(t, []string{"FAILOVER_METRICS_LISTEN=" + maddr}, "healthcheck"); code != 0 {
 		t.Fatalf("healthcheck of a running sidecar: exit %d %s", code, stderr)
 	}
@@ -215,24 +223,12 @@ func TestTextLogFormat(t *testing.T) {
 	}
 	defer up.Close()
 	addr, maddr := freePort(t), freePort(t)
-	cmd := exec.Command(binary)
-	cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr, "FAILOVER_LOG_FORMAT=text"}
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
+	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
+		"FAILOVER_LOG_FORMAT=text")
+	if resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`)); err != nil {
 		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`)); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sidecar did not start:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	} else {
+		resp.Body.Close()
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {

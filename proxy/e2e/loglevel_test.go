@@ -2,14 +2,11 @@ package e2e_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"net/http"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
@@ -35,26 +32,9 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 			}
 			defer b.Close()
 			addr, maddr := freePort(t), freePort(t)
-			cmd := exec.Command(binary)
-			cmd.Env = []string{"FAILOVER_TARGET_0_URL=" + a.URL, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_1_URL=" + b.URL, "FAILOVER_TARGET_1_NAME=t1",
-				"FAILOVER_LISTEN=" + addr, "FAILOVER_METRICS_LISTEN=" + maddr, "FAILOVER_LOG_FORMAT=json", "FAILOVER_LOG_LEVEL=" + tc.level}
-			var logs bytes.Buffer
-			cmd.Stderr = &logs
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
-					resp.Body.Close()
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the sidecar did not start:\n%s", logs.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+a.URL, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_1_URL="+b.URL,
+				"FAILOVER_TARGET_1_NAME=t1", "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr, "FAILOVER_LOG_FORMAT=json",
+				"FAILOVER_LOG_LEVEL="+tc.level)
 			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
 			if err != nil {
 				t.Fatal(err)
@@ -69,7 +49,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 			}
 			var attempts []map[string]any
 			requests := 0
-			sc := bufio.NewScanner(&logs)
+			sc := bufio.NewScanner(logs)
 			for sc.Scan() {
 				var rec map[string]any
 				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
