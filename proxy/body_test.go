@@ -23,9 +23,12 @@ func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
+		// The listener closes only after the accept: closing it earlier would reset a
+		// connection still waiting in its backlog.
 		c, err := ln.Accept()
+		ln.Close()
 		if err != nil {
 			return
 		}
