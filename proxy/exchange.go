@@ -89,7 +89,7 @@ type attempt struct {
 	truncated     bool
 	sse           bool // commit pipes an SSE stream through the gate's tail
 	pipeRest      bool // commit pipes the rest of a body (image, oversize)
-	ended         bool // the whole body was read before commit
+	ended         bool // an SSE stream's body ended before commit
 	retryAfter    time.Duration
 	hasRetryAfter bool
 	commitReason  stream.CommitReason
@@ -653,7 +653,6 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 			continue
 		}
 		if err == io.EOF {
-			a.ended = true
 			ex.reusable = body.reusable() && !resp.ConnectionClose()
 			break
 		}
