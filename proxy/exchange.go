@@ -48,7 +48,8 @@ type exchange struct {
 	probe    bool // the current target was handed out as its probe
 
 	// The current attempt's upstream exchange.
-	upReq    fasthttp.Request
+	upHead   []byte // the upstream request's head, and its body when that is small
+	upBody   []byte // a larger body, written after upHead from where it is
 	upResp   fasthttp.Response
 	conn     *upConn
 	body     upBody // the upstream response's body, read in place
@@ -121,19 +122,39 @@ var hopByHop = [][]byte{
 	[]byte("Expect"),
 }
 
-// dropHopByHop deletes the hop-by-hop headers from h, and the ones the message's Connection
-// header (connection) names. h is a *fasthttp.RequestHeader or *fasthttp.ResponseHeader.
-func dropHopByHop(h interface{ DelBytes([]byte) }, connection []byte) {
+// dropHopByHop deletes the hop-by-hop headers from the response header h, and the ones the
+// upstream's Connection header (connection) names: one pass to find them (usually one, or
+// none), then a delete for each found.
+func dropHopByHop(h *fasthttp.ResponseHeader, connection []byte) {
+	var found [8][]byte
+	n := 0
+	for k := range h.All() {
+		if isHopByHop(k, connection) && n < len(found) {
+			found[n] = k
+			n++
+		}
+	}
+	for i := n - 1; i >= 0; i-- {
+		h.DelBytes(found[i])
+	}
+}
+
+// isHopByHop reports whether header k describes one connection: a hop-by-hop header, or one
+// the message's Connection header names.
+func isHopByHop(k, connection []byte) bool {
+	for _, h := range hopByHop {
+		if eqFold(k, h) {
+			return true
+		}
+	}
 	for len(connection) > 0 {
 		var tok []byte
 		tok, connection = cutList(connection, ',')
-		if tok = bytes.TrimSpace(tok); len(tok) > 0 {
-			h.DelBytes(tok)
+		if eqFold(k, bytes.TrimSpace(tok)) {
+			return true
 		}
 	}
-	for _, k := range hopByHop {
-		h.DelBytes(k)
-	}
+	return false
 }
 
 // cutList splits the first item off a sep-separated list.
@@ -547,7 +568,7 @@ func (ex *exchange) do(a *attempt) {
 			ex.fail(a, err)
 			return
 		}
-		if err = writeRequest(c, &ex.upReq, writeDeadline); err != nil {
+		if err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline); err != nil {
 			c.close()
 			if c.reused && tries == 0 {
 				continue // a pooled connection the far side had closed: once more, on a fresh one
@@ -736,56 +757,114 @@ func (ex *exchange) bodyEnds() bool {
 	return false
 }
 
-// buildRequest prepares the upstream request for attempt a (SPEC section 7).
+// buildRequest writes the upstream request's head for attempt a into ex.upHead, and points
+// ex.upBody at its body (SPEC section 7). The head is built by hand rather than through a
+// fasthttp.RequestHeader: the client's headers are copied once, skipping the ones the sidecar
+// drops or sets itself, instead of copied whole and then deleted and set one by one.
 func (ex *exchange) buildRequest(a *attempt) {
 	t, ctx := a.t, ex.ctx
-	req := &ex.upReq
-	req.Reset()
-	h := &req.Header
-	ctx.Request.Header.CopyTo(h)
+	rh := &ctx.Request.Header
 	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.path, ctx.URI().QueryString())
-	h.SetRequestURIBytes(ex.uri)
-	h.SetHostBytes(t.host)
-	h.ResetConnectionClose()
+	b := append(ex.upHead[:0], rh.Method()...)
+	b = append(b, ' ')
+	b = append(b, ex.uri...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, t.host...)
+	b = append(b, '\r', '\n')
 
-	dropHopByHop(h, ctx.Request.Header.PeekBytes(headerConnection))
-	ex.dropFailoverHeaders(h)
-	if ex.tokenHeader != nil {
-		h.DelBytes(ex.tokenHeader)
+	connection := rh.PeekBytes(headerConnection)
+	for k, v := range rh.All() {
+		if ex.dropped(t, k, connection) {
+			continue
+		}
+		b = appendHeaderLine(b, k, v)
 	}
 	if t.ownKey {
-		for _, k := range clientCredentials {
-			h.DelBytes(k)
-		}
-		h.SetBytesKV(t.authName, t.authValue)
+		b = appendHeaderLine(b, t.authName, t.authValue)
 	}
 	for _, kv := range t.headers {
-		h.SetBytesKV(kv[0], kv[1])
+		b = appendHeaderLine(b, kv[0], kv[1])
 	}
-	h.SetBytesKV(headerAcceptEnc, valueIdentity)
-	h.SetBytesKV(headerRequestID, ex.requestID)
-	var num [20]byte
-	h.SetBytesKV(headerAttempt, strconv.AppendInt(num[:0], int64(a.n), 10))
+	b = appendHeaderLine(b, headerAcceptEnc, valueIdentity)
+	b = appendHeaderLine(b, headerRequestID, ex.requestID)
+	b = append(b, headerAttempt...)
+	b = append(b, ':', ' ')
+	b = strconv.AppendInt(b, int64(a.n), 10)
+	b = append(b, '\r', '\n')
 
 	body := ex.reqBody
 	if t.model != nil && ex.fields.modelStart >= 0 {
 		ex.subBody = appendSubstitutedBody(ex.subBody[:0], ex.reqBody, &ex.fields, t.model)
 		body = ex.subBody
 	}
-	req.SetBodyRaw(body)
+	// As fasthttp writes a request: a length for any body, and for every method but GET and
+	// HEAD even when empty.
+	if len(body) > 0 || !rh.IsGet() && !rh.IsHead() {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, '\r', '\n')
+	}
+	b = append(b, '\r', '\n')
+	ex.upBody = body
+	if len(body) <= maxCopiedBody {
+		b = append(b, body...) // one write for the whole request
+		ex.upBody = nil
+	}
+	ex.upHead = b
 }
 
-// dropFailoverHeaders removes client headers named X-Failover-*: they are the sidecar's own.
-func (ex *exchange) dropFailoverHeaders(h *fasthttp.RequestHeader) {
-	var found [8][]byte
-	n := 0
-	for k := range h.All() {
-		if len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover) && n < len(found) {
-			found[n] = k
-			n++
+// maxCopiedBody is the largest request body buildRequest copies behind the head; a larger one
+// is written from where it is, with writev.
+const maxCopiedBody = 32 << 10
+
+// appendHeaderLine appends "k: v" and CRLF.
+func appendHeaderLine(b, k, v []byte) []byte {
+	b = append(b, k...)
+	b = append(b, ':', ' ')
+	b = append(b, v...)
+	return append(b, '\r', '\n')
+}
+
+// dropped reports whether the client's header k stays behind: hop-by-hop headers and the ones
+// the client's Connection header names, X-Failover-* (the sidecar's own), the header that
+// carried FAILOVER_INBOUND_TOKEN, the client's credentials when the target sends its own key,
+// and every header the sidecar sets itself (Host, Content-Length, Accept-Encoding,
+// X-Request-Id, the target's configured headers).
+func (ex *exchange) dropped(t *Target, k, connection []byte) bool {
+	if len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover) ||
+		isHopByHop(k, connection) {
+		return true
+	}
+	for _, h := range setUpstream {
+		if eqFold(k, h) {
+			return true
 		}
 	}
-	for i := n - 1; i >= 0; i-- {
-		h.DelBytes(found[i])
+	if ex.tokenHeader != nil && eqFold(k, ex.tokenHeader) {
+		return true
 	}
+	if t.ownKey {
+		if eqFold(k, t.authName) {
+			return true
+		}
+		for _, h := range clientCredentials {
+			if eqFold(k, h) {
+				return true
+			}
+		}
+	}
+	for _, kv := range t.headers {
+		if eqFold(k, kv[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// setUpstream are the headers the sidecar writes itself on every upstream request.
+var setUpstream = [][]byte{[]byte("Host"), []byte("Content-Length"), headerAcceptEnc, headerRequestID}
+
+// eqFold is a case-insensitive comparison of two ASCII header names.
+func eqFold(a, b []byte) bool {
+	return len(a) == len(b) && bytes.EqualFold(a, b)
 }

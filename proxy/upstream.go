@@ -50,6 +50,8 @@ type upConn struct {
 	br        *bufio.Reader // reads through rd; lent from readerPool while it holds bytes or a read runs
 	idleSince time.Time
 	reused    bool
+	iov       [2][]byte // writeRequest's head and body, for writev
+	bufs      net.Buffers
 }
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
@@ -204,8 +206,6 @@ func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 	return &pool{addr: addr, tlsConfig: tlsConfig, connectTimeout: connectTimeout}
 }
 
-var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
-
 // get returns a live idle connection or dials a new one.
 func (p *pool) get(now time.Time) (*upConn, error) {
 	for {
@@ -302,17 +302,18 @@ func (p *pool) dial() (*upConn, error) {
 	return c, nil
 }
 
-// writeRequest sends req on c before the deadline.
-func writeRequest(c *upConn, req *fasthttp.Request, deadline time.Time) error {
+// writeRequest sends a request on c before the deadline: head (which may hold the whole
+// request), then body, in one writev.
+func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	c.conn.SetWriteDeadline(deadline)
-	bw := writerPool.Get().(*bufio.Writer)
-	bw.Reset(c.conn)
-	err := req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
+	if len(body) == 0 {
+		_, err := c.conn.Write(head)
+		return err
 	}
-	bw.Reset(nil)
-	writerPool.Put(bw)
+	c.iov = [2][]byte{head, body}
+	c.bufs = c.iov[:] // WriteTo consumes the slice, not the array
+	_, err := c.bufs.WriteTo(c.conn)
+	c.iov, c.bufs = [2][]byte{}, nil
 	return err
 }
 
