@@ -157,15 +157,16 @@ func (ex *exchange) copyResponseHeaders() {
 // setFailoverHeaders adds X-Failover-* and X-Request-Id to the answer.
 func (ex *exchange) setFailoverHeaders(served *Target) {
 	h := &ex.ctx.Response.Header
+	// SetCanonical: the names are written in canonical form, so fasthttp need not normalise them.
 	if served != nil {
-		h.SetBytesKV(headerTarget, []byte(served.Name))
+		h.SetCanonical(headerTarget, served.name)
 	}
 	var num [20]byte
-	h.SetBytesKV(headerAttempts, strconv.AppendInt(num[:0], int64(ex.ledger.n), 10))
+	h.SetCanonical(headerAttempts, strconv.AppendInt(num[:0], int64(ex.ledger.n), 10))
 	if ex.servedModel != nil {
-		h.SetBytesKV(headerModel, ex.servedModel)
+		h.SetCanonical(headerModel, ex.servedModel)
 	}
-	h.SetBytesKV(headerRequestID, ex.requestID)
+	h.SetCanonical(headerRequestID, ex.requestID)
 }
 
 // pipe is a committed body that is still arriving: an SSE stream, an image, a response past

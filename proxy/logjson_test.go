@@ -149,3 +149,21 @@ func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// appendMillis must write what strconv.AppendFloat wrote before it (the log's duration_ms
+// format): milliseconds, up to three decimals, no trailing zeros.
+func TestAppendMillis(t *testing.T) {
+	for _, us := range []int64{0, 1, 9, 10, 100, 999, 1000, 1001, 1010, 1100, 12345, 12300, 12000, 999999, 86400000000, -1, -1500, -12345} {
+		d := time.Duration(us) * time.Microsecond
+		want := strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64)
+		if got := appendMillis(nil, d); string(got) != string(want) {
+			t.Errorf("%v: %s, want %s", d, got, want)
+		}
+	}
+	for us := int64(0); us < 200000; us += 7 {
+		d := time.Duration(us) * time.Microsecond
+		if got, want := appendMillis(nil, d), strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64); string(got) != string(want) {
+			t.Fatalf("%v: %s, want %s", d, got, want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 type Target struct {
 	Index int
 	Name  string
+	name  []byte // Name, for the X-Failover-Target header
 
 	isTLS    bool
 	addr     string // host:port to dial
@@ -56,7 +57,7 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config) (*Tar
 	if err != nil {
 		return nil, err
 	}
-	t := &Target{Index: i, Name: tc.Name, isTLS: u.Scheme == "https", weight: tc.Weight, retries: tc.Retries}
+	t := &Target{Index: i, Name: tc.Name, name: []byte(tc.Name), isTLS: u.Scheme == "https", weight: tc.Weight, retries: tc.Retries}
 	port := u.Port()
 	if port == "" {
 		port = "80"
