@@ -146,7 +146,7 @@ type quietLogger struct{}
 func (quietLogger) Printf(string, ...any) {}
 
 // Serve answers proxy requests on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.proxy.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error { return s.proxy.Serve(clientListener{ln}) }
 
 // ServeProbes answers /metrics, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }

@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// clientListener wraps the proxy listener's connections in clientConn.
+type clientListener struct{ net.Listener }
+
+func (l clientListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c, nil
+	}
+	return &clientConn{TCPConn: tc, raw: raw}, nil
+}
+
+// clientConn is a client connection that answers a one-byte read from a read-ahead buffer.
+//
+// fasthttp's server, with ReduceMemoryUsage (which keeps an idle keep-alive connection from
+// holding its 16 KiB read buffer), waits for a request's first byte with a read of one byte and
+// only then reads the rest through a buffer: two read syscalls for every request. Here the
+// one-byte read takes whatever has arrived (the whole request, as a rule) into a buffer lent
+// from a pool while it holds bytes, and the reads that follow are served from it: one syscall.
+// While the connection waits, it holds no buffer. Every other read goes to the socket. A
+// connection closed with bytes still read ahead (a request it never served) leaves its buffer
+// to the garbage collector: Close may run concurrently with Read (the server's shutdown).
+type clientConn struct {
+	*net.TCPConn
+	raw   syscall.RawConn
+	ahead *readAhead // bytes read but not yet returned; nil when none
+}
+
+type readAhead struct {
+	b   [readAheadSize]byte
+	off int
+	end int
+}
+
+// readAheadSize covers an SDK's request head and a typical chat body; what does not fit is
+// read by fasthttp's own buffer, as without the read-ahead.
+const readAheadSize = 4 << 10
+
+var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
+
+func (c *clientConn) Read(p []byte) (int, error) {
+	if a := c.ahead; a != nil {
+		n := copy(p, a.b[a.off:a.end])
+		a.off += n
+		if a.off == a.end {
+			c.ahead = nil
+			readAheads.Put(a)
+		}
+		return n, nil
+	}
+	if len(p) != 1 {
+		return c.TCPConn.Read(p)
+	}
+	var a *readAhead
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		a = readAheads.Get().(*readAhead)
+		for {
+			n, rerr = syscall.Read(int(fd), a.b[:])
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			readAheads.Put(a) // nothing yet: wait for the socket without the buffer
+			a = nil
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil: // the read deadline, or the connection closed under the read
+		return 0, c.opError(err)
+	case rerr != nil:
+		readAheads.Put(a)
+		return 0, c.opError(os.NewSyscallError("read", rerr))
+	case n <= 0:
+		readAheads.Put(a)
+		return 0, io.EOF
+	}
+	p[0] = a.b[0]
+	if n == 1 {
+		readAheads.Put(a)
+	} else {
+		a.off, a.end = 1, n
+		c.ahead = a
+	}
+	return 1, nil
+}
+
+// opError wraps err as net.TCPConn.Read would.
+func (c *clientConn) opError(err error) error {
+	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
