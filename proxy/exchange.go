@@ -608,7 +608,10 @@ func (ex *exchange) do(a *attempt) {
 	ttfb := time.Since(a.sent)
 	t.metrics.firstByte.Update(ttfb.Seconds())
 	t.observeLatency(ttfb)
-	a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs), time.Now())
+	a.retryAfter, a.hasRetryAfter = 0, false
+	if ra, ms := resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs); len(ra) > 0 || len(ms) > 0 {
+		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
+	}
 
 	success := a.status >= 200 && a.status < 300
 	switch {

@@ -249,10 +249,15 @@ func (ex *exchange) logRequest() {
 	if ex.outcome == OutcomePartial || ex.outcome == OutcomeExhausted || ex.outcome == OutcomeBudgetExhausted {
 		level = slog.LevelWarn
 	}
-	if !s.log.Enabled(context.Background(), level) {
+	h := s.log.Handler()
+	if !h.Enabled(context.Background(), level) {
 		return
 	}
-	s.log.LogAttrs(context.Background(), level, "request", slog.Any("", (*requestRecord)(ex)))
+	// Straight to the handler: Logger.LogAttrs would also capture the caller's program counter
+	// (runtime.Callers), which no handler here prints.
+	r := slog.NewRecord(ex.start.Add(ex.duration), level, "request", 0) // the time finish measured
+	r.AddAttrs(slog.Any("", (*requestRecord)(ex)))
+	h.Handle(context.Background(), r) //nolint:errcheck // as Logger.LogAttrs: a failed log write has nowhere to go
 }
 
 // logPath is the request path for the log (the query is left out: it can carry keys).
