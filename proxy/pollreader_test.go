@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// A pollReader keeps the read deadline it set while it is good for half a slice and within
+// the wait's deadline, and sets a new one when a wait's deadline comes sooner: a connection
+// reused by an attempt with a short deadline must not wait out the previous slice.
+func TestPollReaderReusesDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer, err := ln.Accept() // silent: every read waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+
+	r := &pollReader{conn: c}
+	r.arm(time.Now().Add(time.Minute), nil, nil)
+	if err := r.slice(); err != nil {
+		t.Fatal(err)
+	}
+	first := r.set
+	if d := time.Until(first); d <= pollInterval/2 || d > pollInterval {
+		t.Fatalf("the first slice's deadline is %v away, want about %v", d, pollInterval)
+	}
+	if err := r.slice(); err != nil || !r.set.Equal(first) {
+		t.Fatalf("a second slice at once set a new deadline (%v, was %v, err %v)", r.set, first, err)
+	}
+
+	r.arm(time.Now().Add(30*time.Millisecond), nil, nil)
+	start := time.Now()
+	_, err = r.Read(make([]byte, 16))
+	if err != errDeadline {
+		t.Fatalf("read past a short deadline: %v, want errDeadline", err)
+	}
+	if waited := time.Since(start); waited >= pollInterval/2 {
+		t.Fatalf("a 30ms deadline ended the read after %v: the previous slice's deadline was kept", waited)
+	}
+}
