@@ -2,8 +2,8 @@
 # Load measurement on loopback: the sidecar side by side with a direct connection and with
 # nginx as a reverse proxy, in the same run on the same machine.
 #
-#   bash testdata/bench/run.sh                     # 5 rounds of 3 s per case, about 5 minutes
-#   ROUNDS=3 DURATION=2s bash testdata/bench/run.sh
+#   bash testdata/bench/run.sh                     # 5 rounds of 3 s per case, about 7 minutes
+#   ROUNDS=3 DURATION=2s LAT_DURATION=2s bash testdata/bench/run.sh
 #   SIDECAR_BIN=/path/to/failover bash testdata/bench/run.sh   # a prebuilt binary (e.g. with profiling)
 #
 # What it does: installs wrk and nginx with apt-get when they are missing (Debian), builds the
@@ -15,6 +15,9 @@
 # SSE, ROUNDS interleaved rounds of DURATION each; it prints medians of requests/s, p50 and
 # p99 latency (wrk --latency), the latency added over the direct connection, the throughput
 # ratio to nginx, and each proxy's CPU time per request (utime+stime from /proc/PID/stat).
+# Then the same three paths at a fixed rate well below saturation (LAT_RATE requests/s over
+# LAT_CONNS connections, testdata/bench/latency), where the latency a proxy adds is its own cost
+# on the request's path rather than queueing behind other requests.
 #
 # The mock, the proxy and wrk share the machine's cores: compare ratios and CPU per request
 # measured in the same run, not absolute requests per second. Everything listens on
@@ -27,6 +30,9 @@ DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
 CONNS=${CONNS:-"10 64"}
 WORKLOADS=${WORKLOADS:-"chat sse"}
+LAT_RATE=${LAT_RATE:-2000}         # the fixed-rate phase: requests per second over LAT_CONNS connections
+LAT_CONNS=${LAT_CONNS:-10}
+LAT_DURATION=${LAT_DURATION:-3s}
 PORT_BASE=${PORT_BASE:-28400} # below the ephemeral range (32768-60999 on Linux): no outgoing connection holds these
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -47,7 +53,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -n "${SIDECAR_BIN:-}" ] || command -v go >/dev/null || die "go is needed to build the sidecar"
+command -v go >/dev/null || die "go is needed to build the sidecar and the fixed-rate load generator"
 CLK_TCK=$(getconf CLK_TCK)
 
 # --- temporary directory and cleanup ---------------------------------------------------------
@@ -195,6 +201,7 @@ start_nginx() { # conf name: the master's pid in $started
 	pids+=("$started")
 }
 
+(cd "$repo" && go build -o "$tmp/latency" ./testdata/bench/latency)
 SIDECAR_BIN=${SIDECAR_BIN:-}
 if [ -z "$SIDECAR_BIN" ]; then
 	log "building the sidecar ..."
@@ -324,6 +331,32 @@ for round in $(seq "$ROUNDS"); do
 		done
 	done
 done
+# --- fixed rate ------------------------------------------------------------------------------
+# wrk's closed loop keeps every connection busy: at saturation its latency is mostly queueing
+# (p50 is about connections / throughput), which is throughput seen again. At a fixed rate well
+# below saturation the latency a proxy adds is its own cost on the request's path. The load
+# generator (testdata/bench/latency) sends on a schedule over LAT_CONNS keep-alive connections;
+# "service" is from the moment a request is written to the last byte of its answer.
+lat_results="$tmp/latency.tsv"
+: >"$lat_results"
+lat_one() { # round workload config
+	local body=$CHAT_REQ sse="" line
+	if [ "$2" = sse ]; then body=$SSE_REQ sse=-sse; fi
+	line=$("$tmp/latency" -url "$(url_of "$3" "$2")" -conns "$LAT_CONNS" -rate "$LAT_RATE" -duration "$LAT_DURATION" \
+		-warmup 500ms -body "$body" -header "Authorization: Bearer sk-bench-not-a-key" $sse -tsv)
+	local errs
+	errs=$(cut -f2 <<<"$line")
+	[ "$errs" -eq 0 ] || die "$3 $2 at a fixed rate: $errs requests failed"
+	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$line" >>"$lat_results"
+	printf '  round %s  %-4s fixed %s/s %-8s service p50 %7.0f us  p99 %7.0f us\n' "$1" "$2" "$LAT_RATE" "$3" \
+		"$(cut -f6 <<<"$line")" "$(cut -f7 <<<"$line")" >&2
+}
+log "measuring at a fixed rate: $LAT_RATE requests/s over $LAT_CONNS connections, $ROUNDS rounds of $LAT_DURATION ..."
+for round in $(seq "$ROUNDS"); do
+	for wl in $WORKLOADS; do
+		for cfg in direct nginx sidecar; do lat_one "$round" "$wl" "$cfg"; done
+	done
+done
 NGINX_RSS=$(rss_kib "$NGINX_PID")
 SIDECAR_RSS=$(rss_kib "$SIDECAR_PID")
 
@@ -381,7 +414,52 @@ END {
 		}
 	}
 }' "$results"
+
+echo
+echo "fixed rate: $LAT_RATE requests/s over $LAT_CONNS keep-alive connections (testdata/bench/latency), $ROUNDS rounds of $LAT_DURATION, medians;"
+echo "service latency (from the write of the request to the last byte of the answer) in microseconds"
+echo
+awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" '
+function median(list,    n, a, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+	if (n == 0) return "-"
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+	# round workload config requests errors rate lat50 lat99 svc50 svc99
+	k = $2 SUBSEP $3
+	rate_[k] = rate_[k] " " $6; s50[k] = s50[k] " " $9; s99[k] = s99[k] " " $10
+	R[$1, $2, $3, 50] = $9; R[$1, $2, $3, 99] = $10
+	rounds[$1] = 1
+}
+END {
+	printf "| workload | config | req/s | p50 | p99 | added p50 | added p99 |\n"
+	printf "|---|---|---|---|---|---|---|\n"
+	split("chat sse", W, " "); split("direct nginx sidecar", F, " ")
+	for (wi = 1; wi <= 2; wi++) for (fi = 1; fi <= 3; fi++) {
+		w = W[wi]; f = F[fi]; k = w SUBSEP f
+		if (!(k in s50)) continue
+		a50 = ""; a99 = ""
+		for (rd in rounds) {
+			a50 = a50 " " (R[rd, w, f, 50] - R[rd, w, "direct", 50])
+			a99 = a99 " " (R[rd, w, f, 99] - R[rd, w, "direct", 99])
+		}
+		m50 = median(a50); m99 = median(a99)
+		printf "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s |\n", w, f, median(rate_[k]), median(s50[k]), median(s99[k]),
+			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99))
+		if (f == "sidecar") { S[w, 50] = m50; S[w, 99] = m99 }
+	}
+	printf "\ntargets (sidecar, at a fixed rate of %s/s over %s connections):\n", rate, conns
+	for (wi = 1; wi <= 2; wi++) {
+		w = W[wi]
+		if (!((w, 50) in S)) continue
+		printf "  %-4s added p50 < 50 µs: %+.0f µs  %s\n", w, S[w, 50], (S[w, 50] < 50 ? "met" : "NOT met")
+		printf "  %-4s added p99 < 250 µs: %+.0f µs  %s\n", w, S[w, 99], (S[w, 99] < 250 ? "met" : "NOT met")
+	}
+}' "$lat_results"
 if [ -n "${RESULTS:-}" ]; then
 	cp "$results" "$RESULTS"
+	cp "$lat_results" "$RESULTS.latency"
 	log "per-round results: $RESULTS"
 fi
