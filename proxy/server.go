@@ -113,9 +113,12 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		// A committed stream hijacks its connection and hands it back with ServeConn after a
 		// clean end (commit.go): fasthttp must not close it when the hijack handler returns.
 		KeepHijackedConns: true,
-		// The write buffer is held for a stream's whole life. 2 KiB holds a response's headers
-		// and a typical event; a larger body is written with writev, not through the buffer.
-		WriteBufferSize: 2 << 10,
+		// The write buffer is lent per response (ReduceMemoryUsage; a committed stream writes
+		// on its own), so its size costs memory only while a response is written. fasthttp
+		// sends a response larger than the buffer with writev on a *net.TCPConn, but client
+		// connections are clientConns: sized so that a typical answer (head and body) goes
+		// out in one write.
+		WriteBufferSize: 32 << 10,
 		Logger:          quietLogger{},
 	}
 	s.probes = &fasthttp.Server{
