@@ -251,7 +251,8 @@ func (ex *exchange) serveStream(c net.Conn) {
 	keepAlive := clean && !clientLeft && p.keepAlive
 	p.end(clientLeft) // the exchange goes back to the pool here
 	if keepAlive && !s.closing.Load() {
-		s.proxy.ServeConn(c) //nolint:errcheck // the connection's own end: nothing to report
+		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
+		s.proxy.ServeConn(c)            //nolint:errcheck // the connection's own end: nothing to report
 		return
 	}
 	c.Close()
@@ -338,6 +339,7 @@ func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 // send writes pre as it is, then data framed as chunks (as it is without chunking), then the
 // last chunk when last is set, in one write unless data is larger than streamWriteSize.
 func (p *pipe) send(w net.Conn, pre, data []byte, last bool) error {
+	p.armWrite(w)
 	bp := streamBuffers.Get().(*[]byte)
 	b := append((*bp)[:0], pre...)
 	var err error
@@ -369,6 +371,15 @@ func (p *pipe) send(w net.Conn, pre, data []byte, last bool) error {
 		streamBuffers.Put(bp)
 	}
 	return err
+}
+
+// armWrite gives the client FAILOVER_IDLE_TIMEOUT to take the write that follows. A client
+// that stops reading is taken as gone, and its upstream closed, rather than holding the
+// stream, the upstream connection and the provider's generation for ever.
+func (p *pipe) armWrite(w net.Conn) {
+	if idle := p.ex.srv.cfg.Server.IdleTimeout; idle > 0 {
+		w.SetWriteDeadline(time.Now().Add(idle)) //nolint:errcheck // a closed connection fails the write that follows
+	}
 }
 
 // end records how the stream ended: the final outcome goes through the decision function like

@@ -128,3 +128,59 @@ func TestInterruptedStreamClosesTheConnection(t *testing.T) {
 		t.Fatalf("the connection stayed open after an interrupted stream (%d, %v)", n, err)
 	}
 }
+
+// A client that stops reading a stream is taken as gone once a write has waited
+// FAILOVER_IDLE_TIMEOUT: the upstream connection is closed and the request ends cancelled,
+// rather than the stream, its upstream and the provider's generation being held for ever.
+func TestStreamToAClientThatStopsReading(t *testing.T) {
+	delta := pt.ChatDelta(strings.Repeat("x", 16<<10))
+	chunks := []pt.Chunk{{Data: pt.ChatRole}, {Data: pt.ChatDelta("first"), Delay: 50 * time.Millisecond}}
+	for range 4000 { // 64 MiB: more than every socket buffer between the upstream and the client
+		chunks = append(chunks, pt.Chunk{Data: delta})
+	}
+	up := upstream(t, pt.SSE(chunks...))
+	s := start(t, append(targets(up.URL), "FAILOVER_IDLE_TIMEOUT=1s")...)
+	c := dial(t, s.Addr)
+	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("status line %q %v", line, err)
+	}
+	// From here on the client reads nothing, and keeps its connection open.
+	select {
+	case <-up.PeerClosed():
+	case <-time.After(8 * time.Second):
+		t.Fatal("the upstream connection stayed open while the client read nothing")
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" {
+		t.Errorf("ledger %v, want outcome cancelled", rec)
+	}
+}
+
+// The write deadline a stream sets on the client's connection goes with the stream: the
+// connection's next request, after a pause longer than FAILOVER_IDLE_TIMEOUT, is answered.
+func TestStreamWriteDeadlineDoesNotOutliveTheStream(t *testing.T) {
+	a := upstream(t,
+		pt.SSE(pt.ChatStream(30*time.Millisecond, "Hello", " world")...), // piped after commit
+		pt.JSON(200, pt.ChatCompletion("second answer")),
+	)
+	s := start(t, append(targets(a.URL), "FAILOVER_IDLE_TIMEOUT=1s")...)
+	c := dial(t, s.Addr)
+	br := bufio.NewReader(c)
+	for i, body := range []string{streamBody, chatBody} {
+		if i == 1 {
+			time.Sleep(1500 * time.Millisecond) // past the deadline the stream's writes had
+		}
+		rawPost(t, c, "HTTP/1.1", body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %q %v", i+1, resp.StatusCode, got, err)
+		}
+	}
+}
