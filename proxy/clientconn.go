@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // clientListener wraps the proxy listener's connections in clientConn.
@@ -41,6 +42,7 @@ type clientConn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
 	ahead *readAhead // bytes read but not yet returned; nil when none
+	rset  time.Time  // the read deadline on the socket (zero: none)
 }
 
 type readAhead struct {
@@ -109,4 +111,35 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // opError wraps err as net.TCPConn.Read would.
 func (c *clientConn) opError(err error) error {
 	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// SetReadDeadline leaves the deadline where it is when t is less than deadlineSlack later:
+// fasthttp sets the read deadline twice per request (the idle timeout while it waits, the read
+// timeout at the first byte, both clientTimeout), each time a lock and a runtime timer move,
+// and a deadline that comes at most deadlineSlack early does not matter at these lengths. A
+// sooner deadline, or none, is always set. Called only by the connection's serving goroutine.
+func (c *clientConn) SetReadDeadline(t time.Time) error {
+	if keepDeadline(c.rset, t, deadlineSlack) {
+		return nil
+	}
+	c.rset = t
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both deadlines (fasthttp clears them when it hijacks a connection).
+func (c *clientConn) SetDeadline(t time.Time) error {
+	c.rset = t
+	return c.TCPConn.SetDeadline(t)
+}
+
+// deadlineSlack is how much earlier than asked a kept deadline may come (keepDeadline).
+const deadlineSlack = time.Second
+
+// keepDeadline reports whether the deadline set (zero: none) may stay when want is asked:
+// both are the same, or want is no sooner than set and less than slack later.
+func keepDeadline(set, want time.Time, slack time.Duration) bool {
+	if want.IsZero() || set.IsZero() {
+		return want.IsZero() && set.IsZero()
+	}
+	return !want.Before(set) && want.Sub(set) < slack
 }

@@ -107,3 +107,47 @@ func TestClientConnDeadlineAndEOF(t *testing.T) {
 		t.Fatalf("read after the peer closed: %v, want EOF", err)
 	}
 }
+
+// A deadline is kept when the one asked is less than the slack later; a sooner one, a much
+// later one, or clearing it is always applied.
+func TestKeepDeadline(t *testing.T) {
+	now := time.Now()
+	var zero time.Time
+	for _, tc := range []struct {
+		set, want time.Time
+		keep      bool
+	}{
+		{zero, zero, true},
+		{zero, now, false},
+		{now, zero, false},
+		{now, now, true},
+		{now, now.Add(deadlineSlack / 2), true},
+		{now, now.Add(deadlineSlack), false},
+		{now, now.Add(-time.Millisecond), false}, // sooner: always set
+	} {
+		if got := keepDeadline(tc.set, tc.want, deadlineSlack); got != tc.keep {
+			t.Errorf("keepDeadline(%v, %v) = %v, want %v", tc.set.Sub(now), tc.want.Sub(now), got, tc.keep)
+		}
+	}
+}
+
+// clientConn skips a read deadline a little later than the one set, and a read still ends at
+// a sooner one.
+func TestClientConnReadDeadline(t *testing.T) {
+	c, _ := clientPair(t)
+	first := time.Now().Add(time.Minute)
+	c.SetReadDeadline(first)
+	c.SetReadDeadline(first.Add(deadlineSlack / 2))
+	if !c.rset.Equal(first) {
+		t.Fatalf("a deadline %v later replaced the one set", deadlineSlack/2)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	start := time.Now()
+	var b [1]byte
+	if _, err := c.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: %v, want the sooner deadline's timeout", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the sooner deadline was not applied: the read waited %v", waited)
+	}
+}

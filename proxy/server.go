@@ -29,13 +29,12 @@ import (
 // maxHeaderBytes bounds a request's header block (SPEC section 7: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
-// Client-side timeouts. A sidecar serves its own pod over loopback, so these only stop a
-// stuck or hostile client from holding a connection: a request (headers and body) must arrive
-// within clientReadTimeout, and an idle keep-alive connection is closed after clientIdleTimeout.
-const (
-	clientReadTimeout = 60 * time.Second
-	clientIdleTimeout = 120 * time.Second
-)
+// clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
+// they only stop a stuck or hostile client from holding a connection: a request (headers and
+// body) must arrive within it, and an idle keep-alive connection is closed after it. One value
+// for both, so that the deadline fasthttp sets at a request's first byte is (within a second)
+// the one it set for the idle wait, and clientConn need not move it.
+const clientTimeout = 120 * time.Second
 
 // Server is the sidecar: the proxy listener's handler and the metrics listener's handler,
 // sharing one immutable policy. Safe for concurrent use; create it with New.
@@ -100,8 +99,8 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		Name:                          "failover",
 		ReadBufferSize:                maxHeaderBytes,
 		MaxRequestBodySize:            s.maxRequest,
-		ReadTimeout:                   clientReadTimeout,
-		IdleTimeout:                   clientIdleTimeout,
+		ReadTimeout:                   clientTimeout,
+		IdleTimeout:                   clientTimeout,
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 true,
 		NoDefaultContentType:          true,
@@ -124,8 +123,8 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.probes = &fasthttp.Server{
 		Handler:               s.serveProbes,
 		Name:                  "failover-metrics",
-		ReadTimeout:           clientReadTimeout,
-		IdleTimeout:           clientIdleTimeout,
+		ReadTimeout:           clientTimeout,
+		IdleTimeout:           clientTimeout,
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		Logger:                quietLogger{},

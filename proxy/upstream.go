@@ -50,6 +50,7 @@ type upConn struct {
 	br        *bufio.Reader // reads through rd; lent from readerPool while it holds bytes or a read runs
 	idleSince time.Time
 	reused    bool
+	wset      time.Time // the write deadline on the socket (zero: none)
 	iov       [2][]byte // writeRequest's head and body, for writev
 	bufs      net.Buffers
 }
@@ -313,7 +314,12 @@ func (p *pool) dial() (*upConn, error) {
 // writeRequest sends a request on c before the deadline: head (which may hold the whole
 // request), then body, in one writev.
 func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
-	c.conn.SetWriteDeadline(deadline)
+	// Each attempt's deadline comes a little later than the last one's: the one set stays while
+	// it is at most a sixteenth of the time left (and a second) early.
+	if !keepDeadline(c.wset, deadline, min(deadlineSlack, time.Until(deadline)/16)) {
+		c.conn.SetWriteDeadline(deadline)
+		c.wset = deadline
+	}
 	if len(body) == 0 {
 		_, err := c.conn.Write(head)
 		return err
