@@ -449,13 +449,15 @@ END {
 		printf "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s |\n", w, f, median(rate_[k]), median(s50[k]), median(s99[k]),
 			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99))
 		if (f == "sidecar") { S[w, 50] = m50; S[w, 99] = m99 }
+		if (f == "direct") D[w] = median(s99[k])
 	}
 	printf "\ntargets (sidecar, at a fixed rate of %s/s over %s connections):\n", rate, conns
 	for (wi = 1; wi <= 2; wi++) {
 		w = W[wi]
 		if (!((w, 50) in S)) continue
 		printf "  %-4s added p50 < 50 µs: %+.0f µs  %s\n", w, S[w, 50], (S[w, 50] < 50 ? "met" : "NOT met")
-		printf "  %-4s added p99 < 250 µs: %+.0f µs  %s\n", w, S[w, 99], (S[w, 99] < 250 ? "met" : "NOT met")
+		printf "  %-4s added p99 < 250 µs: %+.0f µs  %s (the direct path alone has p99 %.0f µs: where that is far above the\n", w, S[w, 99], (S[w, 99] < 250 ? "met" : "NOT met"), D[w]
+		printf "       target, the machine'"'"'s own scheduling jitter decides p99, not the proxy)\n"
 	}
 }' "$lat_results"
 if [ -n "${RESULTS:-}" ]; then
