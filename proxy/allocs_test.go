@@ -46,6 +46,89 @@ func TestProxyAllocs(t *testing.T) {
 	}
 }
 
+// maxAllocsServerPath bounds a whole proxied request through the real server: fasthttp's
+// reading of the client's request and writing of the answer, clientConn, the handler. fasthttp
+// itself allocates one byte per keep-alive request (the one-byte read of ReduceMemoryUsage
+// escapes); nothing else may.
+const maxAllocsServerPath = 1
+
+// TestServerPathAllocs counts every allocation in the process while a raw keep-alive client
+// (which allocates nothing) sends requests through Server.Serve on loopback to an upstream that
+// allocates nothing: what TestProxyAllocs leaves out (the server loop, the client connection)
+// is counted too.
+func TestServerPathAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	up := startCannedUpstream(t, cannedResponse("application/json", benchCompletion(641)), nil)
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + up + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Logger: slog.New(NewJSONHandler(io.Discard, slog.LevelInfo))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one word."}]}`
+	req := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
+		"Authorization: Bearer sk-test-not-a-key\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	buf := make([]byte, 64<<10)
+	roundTrip := func() {
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for { // the answer's head, then its Content-Length body
+			m, err := c.Read(buf[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += m
+			end := bytes.Index(buf[:n], cannedHeaderEnd)
+			if end < 0 {
+				continue
+			}
+			if !bytes.HasPrefix(buf, []byte("HTTP/1.1 200")) {
+				t.Fatalf("answer %q", buf[:n])
+			}
+			i := bytes.Index(buf[:end+2], cannedContentLength)
+			if i < 0 {
+				t.Fatalf("no Content-Length in %q", buf[:end])
+			}
+			length := 0
+			for _, d := range buf[i+len(cannedContentLength):] {
+				if d < '0' || d > '9' {
+					break
+				}
+				length = length*10 + int(d-'0')
+			}
+			if n >= end+4+length {
+				return
+			}
+		}
+	}
+	for range 10 { // warm the pools on both sides
+		roundTrip()
+	}
+	n := testing.AllocsPerRun(500, roundTrip)
+	t.Logf("allocations per proxied request through the server, whole process: %.2f (bound %d)", n, maxAllocsServerPath)
+	if n > maxAllocsServerPath {
+		t.Errorf("a proxied request through the server allocates %.2f times, want at most %d", n, maxAllocsServerPath)
+	}
+}
+
 // TestProxyStreamAllocs reports (does not assert: the issue sets no goal for it) the
 // allocations of a streaming request, committed and piped to its end.
 func TestProxyStreamAllocs(t *testing.T) {

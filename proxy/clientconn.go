@@ -25,7 +25,9 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil
 	}
-	return &clientConn{TCPConn: tc, raw: raw}, nil
+	c2 := &clientConn{TCPConn: tc, raw: raw}
+	c2.readFn = c2.readInto
+	return c2, nil
 }
 
 // clientConn is a client connection that answers a one-byte read from a read-ahead buffer.
@@ -43,6 +45,13 @@ type clientConn struct {
 	raw   syscall.RawConn
 	ahead *readAhead // bytes read but not yet returned; nil when none
 	rset  time.Time  // the read deadline on the socket (zero: none)
+
+	// The read-ahead's RawConn callback, made once (a closure per read would allocate), and
+	// what it reports.
+	readFn func(fd uintptr) bool
+	got    *readAhead
+	n      int
+	rerr   error
 }
 
 type readAhead struct {
@@ -70,24 +79,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if len(p) != 1 {
 		return c.TCPConn.Read(p)
 	}
-	var a *readAhead
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		a = readAheads.Get().(*readAhead)
-		for {
-			n, rerr = syscall.Read(int(fd), a.b[:])
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			readAheads.Put(a) // nothing yet: wait for the socket without the buffer
-			a = nil
-			return false
-		}
-		return true
-	})
+	err := c.raw.Read(c.readFn)
+	a, n, rerr := c.got, c.n, c.rerr
+	c.got, c.rerr = nil, nil
 	switch {
 	case err != nil: // the read deadline, or the connection closed under the read
 		return 0, c.opError(err)
@@ -106,6 +100,26 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		c.ahead = a
 	}
 	return 1, nil
+}
+
+// readInto is the RawConn.Read callback of a one-byte read: it reads what has arrived into a
+// lent buffer, or gives the buffer back and asks to wait when nothing has.
+func (c *clientConn) readInto(fd uintptr) bool {
+	a := readAheads.Get().(*readAhead)
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), a.b[:])
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN {
+		readAheads.Put(a) // nothing yet: wait for the socket without the buffer
+		return false
+	}
+	c.got, c.n, c.rerr = a, n, err
+	return true
 }
 
 // opError wraps err as net.TCPConn.Read would.

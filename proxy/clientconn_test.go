@@ -151,3 +151,35 @@ func TestClientConnReadDeadline(t *testing.T) {
 		t.Fatalf("the sooner deadline was not applied: the read waited %v", waited)
 	}
 }
+
+// A request's reads through clientConn (the one-byte read, then the rest) allocate nothing.
+func TestClientConnReadAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	c, peer := clientPair(t)
+	msg := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	buf := make([]byte, 16<<10)
+	var one [1]byte
+	read := func() {
+		if _, err := peer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for got < len(msg) {
+			p := buf
+			if got == 0 {
+				p = one[:]
+			}
+			n, err := c.Read(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	read() // the pool's first buffer
+	if n := testing.AllocsPerRun(200, read); n != 0 {
+		t.Fatalf("a request's reads allocate %.1f times, want 0", n)
+	}
+}
