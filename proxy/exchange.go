@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -598,7 +599,16 @@ func (ex *exchange) do(a *attempt) {
 	resp := &ex.upResp
 	resp.Reset()
 	resp.SkipBody = true // the body is read in place (body.go)
-	if err := resp.Read(c.reader()); err != nil {
+	err := resp.Read(c.reader())
+	var small *fasthttp.ErrSmallBuffer
+	if err != nil && errors.As(err, &small) && c.growReader() {
+		// A header block larger than the pooled reader (many or long headers: cookies, policy
+		// headers from a gateway): read it again with room for maxResponseHeaderBytes.
+		resp.Reset()
+		resp.SkipBody = true
+		err = resp.Read(c.reader())
+	}
+	if err != nil {
 		ex.fail(a, c.cause(err))
 		return
 	}

@@ -180,3 +180,26 @@ func TestImageCommitsAtHeaders(t *testing.T) {
 		t.Error("image commit not counted")
 	}
 }
+
+// An upstream header block larger than the pooled 4 KiB reader (a gateway's cookies and
+// policy headers) is read with a larger one: the answer and its headers reach the client, and
+// the next request is served. A block past 64 KiB still fails the attempt.
+func TestLargeUpstreamHeaderBlock(t *testing.T) {
+	long := strings.Repeat("p", 3000)
+	big := pt.JSON(200, pt.ChatCompletion("big headers"), "X-Policy-1: "+long, "X-Policy-2: "+long, "X-Policy-3: "+long)
+	up := upstream(t, big, big, pt.JSON(200, pt.ChatCompletion("small headers")),
+		pt.JSON(200, pt.ChatCompletion("huge headers"), "X-Huge: "+strings.Repeat("h", 70<<10)))
+	s := start(t, append(targets(up.URL), "FAILOVER_TARGET_0_RETRIES=0")...)
+	for i, want := range []string{"big headers", "big headers", "small headers"} {
+		r := s.Post("/chat/completions", chatBody)
+		if r.Status != 200 || !strings.Contains(string(r.Body), want) {
+			t.Fatalf("request %d: %d %s", i+1, r.Status, r.Body)
+		}
+		if i < 2 && r.Header.Get("X-Policy-3") != long {
+			t.Fatalf("request %d: the upstream's long header did not reach the client (%d bytes)", i+1, len(r.Header.Get("X-Policy-3")))
+		}
+	}
+	if r := s.Post("/chat/completions", chatBody); r.Status == 200 {
+		t.Fatalf("a 70 KiB header block was accepted: %s", r.Body)
+	}
+}

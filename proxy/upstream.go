@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -36,8 +37,8 @@ const (
 	// pollInterval is how often a wait on an upstream checks that the client is still there:
 	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
 	pollInterval = 250 * time.Millisecond
-	// upstreamBufferSize sizes the pooled read and write buffers. A response's header block
-	// must fit in the read buffer.
+	// upstreamBufferSize sizes the pooled read buffers. A response's header block that does
+	// not fit is read again with a larger buffer (growReader).
 	upstreamBufferSize = 4096
 )
 
@@ -70,10 +71,36 @@ func (c *upConn) reader() *bufio.Reader {
 // waits (an idle committed stream, a pooled keep-alive connection) holds no buffer.
 func (c *upConn) releaseReader() {
 	if c.br != nil && c.br.Buffered() == 0 {
-		c.br.Reset(nil)
-		readerPool.Put(c.br)
-		c.br = nil
+		c.dropReader()
 	}
+}
+
+// dropReader lets go of the reader: a pooled one goes back to the pool, a grown one to the
+// garbage collector.
+func (c *upConn) dropReader() {
+	c.br.Reset(nil)
+	if c.br.Size() == upstreamBufferSize {
+		readerPool.Put(c.br)
+	}
+	c.br = nil
+}
+
+// maxResponseHeaderBytes bounds an upstream response's header block. Most fit the pooled
+// reader (upstreamBufferSize); a larger block gets a reader of this size (growReader).
+const maxResponseHeaderBytes = 64 << 10
+
+// growReader replaces the connection's reader, full with a header block it cannot hold, with
+// a larger one that reads the same bytes first. It reports false when the reader is already
+// the larger one.
+func (c *upConn) growReader() bool {
+	if c.br == nil || c.br.Size() >= maxResponseHeaderBytes {
+		return false
+	}
+	held, _ := c.br.Peek(c.br.Buffered())
+	held = append([]byte(nil), held...) // rare: one allocation for an oversized header block
+	c.dropReader()
+	c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(held), &c.rd), maxResponseHeaderBytes)
+	return true
 }
 
 // buffered reports how many unread bytes the connection's reader holds.
@@ -88,9 +115,7 @@ func (c *upConn) buffered() int {
 func (c *upConn) close() {
 	c.conn.Close()
 	if c.br != nil {
-		c.br.Reset(nil)
-		readerPool.Put(c.br)
-		c.br = nil
+		c.dropReader()
 	}
 }
 
