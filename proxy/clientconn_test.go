@@ -10,24 +10,35 @@ import (
 	"time"
 )
 
-// clientPair returns a clientConn accepted through clientListener and the peer's end.
-func clientPair(t *testing.T) (*clientConn, net.Conn) {
+// loopbackPair returns both ends of a loopback TCP connection: the accepted one (accepted
+// through wrap's listener when wrap is set) and the dialled one. Both close when the test ends.
+func loopbackPair(t *testing.T, wrap func(net.Listener) net.Listener) (accepted, dialled net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	peer, err := net.Dial("tcp", ln.Addr().String())
+	dialled, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { peer.Close() })
-	c, err := clientListener{ln}.Accept()
+	t.Cleanup(func() { dialled.Close() })
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	accepted, err = ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { accepted.Close() })
+	return accepted, dialled
+}
+
+// clientPair returns a clientConn accepted through clientListener and the peer's end.
+func clientPair(t *testing.T) (*clientConn, net.Conn) {
+	t.Helper()
+	c, peer := loopbackPair(t, func(ln net.Listener) net.Listener { return clientListener{ln} })
 	cc, ok := c.(*clientConn)
 	if !ok {
 		t.Fatalf("Accept returned %T, want *clientConn", c)

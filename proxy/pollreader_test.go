@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net"
 	"testing"
 	"time"
 )
@@ -10,21 +9,7 @@ import (
 // the wait's deadline, and sets a new one when a wait's deadline comes sooner: a connection
 // reused by an attempt with a short deadline must not wait out the previous slice.
 func TestPollReaderReusesDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer, err := ln.Accept() // silent: every read waits
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	_, c := loopbackPair(t, nil) // the accepted end stays silent: every read waits
 
 	r := &pollReader{conn: c}
 	r.arm(time.Now().Add(time.Minute), nil, nil)
@@ -41,7 +26,7 @@ func TestPollReaderReusesDeadline(t *testing.T) {
 
 	r.arm(time.Now().Add(30*time.Millisecond), nil, nil)
 	start := time.Now()
-	_, err = r.Read(make([]byte, 16))
+	_, err := r.Read(make([]byte, 16))
 	if err != errDeadline {
 		t.Fatalf("read past a short deadline: %v, want errDeadline", err)
 	}

@@ -368,14 +368,16 @@ echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /
 echo "$($NGINX -v 2>&1 | sed 's/^nginx version: //'), $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(go version | awk '{ print $3 }')"
 echo "wrk -t1, $ROUNDS interleaved rounds of $DURATION, medians; latency in microseconds; CPU = the proxy process(es) utime+stime per request"
 echo
-awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" '
+# median(list): the median of a space-separated list of numbers, for both summaries.
+AWK_MEDIAN='
 function median(list,    n, a, i, j, t) {
 	n = split(list, a, " ")
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
 	if (n == 0) return "-"
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
-{
+'
+awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" "$AWK_MEDIAN"'{
 	k = $2 SUBSEP $3 SUBSEP $4
 	rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8
 	r = $1 SUBSEP $2 SUBSEP $3
@@ -419,14 +421,7 @@ echo
 echo "fixed rate: $LAT_RATE requests/s over $LAT_CONNS keep-alive connections (testdata/bench/latency), $ROUNDS rounds of $LAT_DURATION, medians;"
 echo "service latency (from the write of the request to the last byte of the answer) in microseconds"
 echo
-awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" '
-function median(list,    n, a, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
-	if (n == 0) return "-"
-	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-{
+awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" "$AWK_MEDIAN"'{
 	# round workload config requests errors rate lat50 lat99 svc50 svc99
 	k = $2 SUBSEP $3
 	rate_[k] = rate_[k] " " $6; s50[k] = s50[k] " " $9; s99[k] = s99[k] " " $10
