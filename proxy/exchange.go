@@ -600,8 +600,7 @@ func (ex *exchange) do(a *attempt) {
 	resp.Reset()
 	resp.SkipBody = true // the body is read in place (body.go)
 	err := resp.Read(c.reader())
-	var small *fasthttp.ErrSmallBuffer
-	if err != nil && errors.As(err, &small) && c.growReader() {
+	if err != nil && isSmallBuffer(err) && c.growReader() {
 		// A header block larger than the pooled reader (many or long headers: cookies, policy
 		// headers from a gateway): read it again with room for maxResponseHeaderBytes.
 		resp.Reset()
@@ -633,6 +632,14 @@ func (ex *exchange) do(a *attempt) {
 	default:
 		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))
 	}
+}
+
+// isSmallBuffer reports whether err is fasthttp's "header block larger than the buffer". A
+// function of its own: the target errors.As needs escapes, and would be allocated on every
+// request if it were declared where the response is read.
+func isSmallBuffer(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small)
 }
 
 // fail records an attempt that lost its connection or waited too long.
