@@ -225,7 +225,7 @@ func (ex *exchange) startStream(a *attempt) {
 	if ex.clientFD == -2 {
 		ex.clientFD = socketOf(ctx.Conn())
 	}
-	ex.reqBody = nil // released with the request context; no attempt follows a commit
+	ex.reqBody, ex.upBody = nil, nil // released with the request context; no attempt follows a commit
 	ex.committedStream = true
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(ex.hijackFn)
@@ -446,7 +446,7 @@ func (ex *exchange) finish() {
 	m.duration[ex.family].Update(ex.duration.Seconds())
 	m.overhead.Update(max(ex.duration-ex.waited, 0).Seconds())
 	ex.logRequest()
-	ex.ctx, ex.reqBody = nil, nil
+	ex.ctx, ex.reqBody, ex.upBody = nil, nil, nil
 	ex.pipe = pipe{head: ex.pipe.head[:0], tail: ex.pipe.tail[:0]}
 	if cap(ex.respBody) > 1<<20 {
 		ex.respBody = nil

@@ -49,8 +49,8 @@ type exchange struct {
 	probe    bool // the current target was handed out as its probe
 
 	// The current attempt's upstream exchange.
-	upHead   []byte // the upstream request's head, and its body when that is small
-	upBody   []byte // a larger body, written after upHead from where it is
+	upHead   []byte // the upstream request's head, built by buildRequest
+	upBody   []byte // its body: the client's (valid while the handler runs), or subBody
 	upResp   fasthttp.Response
 	conn     *upConn
 	body     upBody // the upstream response's body, read in place
@@ -824,18 +824,9 @@ func (ex *exchange) buildRequest(a *attempt) {
 		b = strconv.AppendInt(b, int64(len(body)), 10)
 		b = append(b, '\r', '\n')
 	}
-	b = append(b, '\r', '\n')
+	ex.upHead = append(b, '\r', '\n')
 	ex.upBody = body
-	if len(body) <= maxCopiedBody {
-		b = append(b, body...) // one write for the whole request
-		ex.upBody = nil
-	}
-	ex.upHead = b
 }
-
-// maxCopiedBody is the largest request body buildRequest copies behind the head; a larger one
-// is written from where it is, with writev.
-const maxCopiedBody = 32 << 10
 
 // appendHeaderLine appends "k: v" and CRLF.
 func appendHeaderLine(b, k, v []byte) []byte {

@@ -336,8 +336,11 @@ func (p *pool) dial() (*upConn, error) {
 	return c, nil
 }
 
-// writeRequest sends a request on c before the deadline: head (which may hold the whole
-// request), then body, in one writev.
+// writeRequest sends a request on c before the deadline in one write: a body up to
+// maxCopiedBody is copied behind the head in a buffer lent for the write (nothing of the
+// body stays with the exchange, which a committed stream keeps), a larger one is sent from
+// where it is with the head in one writev (on TLS, net.Buffers writes them one after the
+// other).
 func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
@@ -345,8 +348,18 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 		c.conn.SetWriteDeadline(deadline)
 		c.wset = deadline
 	}
-	if len(body) == 0 {
+	switch {
+	case len(body) == 0:
 		_, err := c.conn.Write(head)
+		return err
+	case len(body) <= maxCopiedBody:
+		bp := requestBuffers.Get().(*[]byte)
+		b := append(append((*bp)[:0], head...), body...)
+		_, err := c.conn.Write(b)
+		if cap(b) <= 2*maxCopiedBody {
+			*bp = b[:0]
+			requestBuffers.Put(bp)
+		}
 		return err
 	}
 	c.iov = [2][]byte{head, body}
@@ -355,6 +368,12 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	c.iov, c.bufs = [2][]byte{}, nil
 	return err
 }
+
+// maxCopiedBody is the largest request body writeRequest copies behind the head.
+const maxCopiedBody = 32 << 10
+
+// requestBuffers lend writeRequest the buffer a request is assembled in, for one write.
+var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxCopiedBody+4<<10); return &b }}
 
 // errClientGone is the error of a wait cut short because the client disconnected.
 var errClientGone = errors.New("client went away")
