@@ -258,6 +258,26 @@ func (ex *exchange) serveStream(c net.Conn) {
 	c.Close()
 }
 
+// shed lets go of the exchange's buffers that a past request grew beyond shedAbove and that
+// a committed stream, its held bytes sent, no longer needs: the stream keeps its exchange for
+// its whole life, and an idle stream should hold what it uses, not the largest response or
+// prompt its exchange once carried.
+func (ex *exchange) shed() {
+	if cap(ex.respBody) > shedAbove {
+		ex.respBody = nil
+	}
+	if cap(ex.subBody) > shedAbove {
+		ex.subBody = nil
+	}
+	if cap(ex.upHead) > shedAbove {
+		ex.upHead = nil
+	}
+	ex.gate.Shed(shedAbove)
+}
+
+// shedAbove is the capacity past which shed drops a buffer.
+const shedAbove = 4 << 10
+
 // streamWriteSize bounds one write of a committed stream (the held bytes can be larger).
 const streamWriteSize = 16 << 10
 
@@ -274,6 +294,8 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	if err := p.send(w, p.head, p.held, false); err != nil {
 		return false, true
 	}
+	p.held, p.a.body = nil, nil
+	ex.shed()
 	if c == nil {
 		return p.finishBody(w, io.EOF)
 	}

@@ -164,6 +164,17 @@ func (g *Gate) End() Decision {
 // replays byte for byte).
 func (g *Gate) Held() []byte { return g.held }
 
+// Shed lets go of the held bytes' buffer when its capacity is above limit, once
+// the held bytes have been sent after Commit: a Gate that is reused keeps its
+// buffer, and one that held a large peek should not keep it for a long stream.
+// Held and Events are empty afterwards; Observe, Finished and Failed are not
+// affected. Before Commit it does nothing.
+func (g *Gate) Shed(limit int) {
+	if g.decided && g.decision == Commit && cap(g.held) > limit {
+		g.held, g.eventsEnd = nil, 0
+	}
+}
+
 // Events returns the prefix of Held made of complete events, up to and
 // including the decisive one: what success rules may match. It ends at the
 // line end of the last event's blank line (at its CR when that is a CRLF).

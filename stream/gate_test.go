@@ -814,3 +814,41 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// Shed drops a large held buffer after commit only; watching the tail goes on as before.
+func TestGateShed(t *testing.T) {
+	var g Gate
+	g.Reset(Chat, bigPeek)
+	role := "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+	pad := ": " + strings.Repeat("p", 8<<10) + "\n\n" // a comment: held, never an event
+	if d := g.Feed([]byte(role + pad)); d != Hold {
+		t.Fatalf("before content: %v, want Hold", d)
+	}
+	g.Shed(4 << 10)
+	if len(g.Held()) == 0 {
+		t.Fatal("Shed before commit dropped the held bytes")
+	}
+	content := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	if d := g.Feed([]byte(content)); d != Commit {
+		t.Fatalf("content: %v, want Commit", d)
+	}
+	g.Shed(64 << 10)
+	if len(g.Held()) == 0 {
+		t.Fatal("Shed dropped a buffer under its limit")
+	}
+	g.Shed(4 << 10)
+	if len(g.Held()) != 0 || len(g.Events()) != 0 {
+		t.Fatalf("after Shed: %d held bytes, %d of events", len(g.Held()), len(g.Events()))
+	}
+	if g.Finished() {
+		t.Fatal("finished before [DONE]")
+	}
+	g.Observe([]byte("data: [DONE]\n\n"))
+	if !g.Finished() || g.Failed() {
+		t.Fatalf("after [DONE]: finished %v, failed %v", g.Finished(), g.Failed())
+	}
+	g.Reset(Chat, bigPeek) // a gate that shed its buffer holds a new stream as before
+	if d := g.Feed([]byte(role + content)); d != Commit || !bytes.Equal(g.Held(), []byte(role+content)) {
+		t.Fatalf("after reuse: %v, held %q", d, g.Held())
+	}
+}
