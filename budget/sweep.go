@@ -9,7 +9,8 @@ import "time"
 // (the strategy's first pick, then declared order); the proxy maps them to targets.
 //
 // Sweep only picks; whether a transfer may happen at all (Request.TransferAllowed, ElapsedAllows, RetryBudget) is
-// asked before calling Next, and same-target retries never go through it. One Sweep belongs to one request and is
+// asked once Next has found a candidate, so that a transfer with none left spends no budget (the caller releases a
+// probe Next handed out when a budget then refuses), and same-target retries never go through it. One Sweep belongs to one request and is
 // not safe for concurrent use; re-use it with Reset. Its zero value has no candidates.
 type Sweep struct {
 	n        int

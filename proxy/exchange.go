@@ -274,16 +274,27 @@ func (ex *exchange) run() {
 			v = s.policy.Decide(&o)
 		}
 		ex.applyHealth(a, v)
-		if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
-			v = ex.limit(a, v)
-		}
-		exhausted := false
+		// A transfer's next candidate is looked up before the budgets are asked: with none
+		// left the sweep ends here, exhausted whatever the budgets say, and no retry-budget
+		// token goes to a transfer that cannot happen.
+		exhausted, looked := false, false
 		if v.Action == classify.ActionTransfer {
-			// The next candidate the sweep hands out, if any: with none left, the sweep ends
-			// here and this attempt's answer goes back.
-			if pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt); !ok {
-				v.Action, v.Reason, exhausted = classify.ActionStop, classify.ReasonExhausted, true
+			pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
+			exhausted, looked = !ok, true
+		}
+		if !exhausted && (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) {
+			v = ex.limit(a, v)
+			switch {
+			case v.Action == classify.ActionTransfer && !looked:
+				// A retry whose backoff no longer fits became a transfer.
+				pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
+				exhausted = !ok
+			case v.Action != classify.ActionTransfer && looked && probe:
+				s.targets[ex.cands[pos]].health.Release() // a budget stopped the sweep: the probe goes unused
 			}
+		}
+		if exhausted {
+			v.Action, v.Reason = classify.ActionStop, classify.ReasonExhausted
 		}
 		ex.record(a, v)
 		switch {
