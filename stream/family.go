@@ -48,13 +48,27 @@ func (g *Gate) classify(ev Event) Decision {
 			return classifyTyped(g.family, typ, nil)
 		}
 	}
-	v, err := g.parser.ParseBytes(data)
+	p := parsers.Get()
+	d := g.classifyJSON(p, data, ev.Name)
+	parsers.Put(p)
+	return d
+}
+
+// parsers lend the JSON parser an event is classified with, for that one event: a parser
+// keeps a cache of values (a few KiB) that a Gate holding a long committed stream, which
+// parses nothing more, should not keep.
+var parsers fastjson.ParserPool
+
+// classifyJSON classifies an event's data with parser p; what p parsed is not used after it
+// returns.
+func (g *Gate) classifyJSON(p *fastjson.Parser, data, name []byte) Decision {
+	v, err := p.ParseBytes(data)
 	if err != nil {
-		return g.classifyText(ev.Name)
+		return g.classifyText(name)
 	}
 	switch g.family {
 	case Chat:
-		return classifyChat(v, ev.Name)
+		return classifyChat(v, name)
 	case Responses, Messages:
 		if typ := v.GetStringBytes("type"); typ != nil {
 			return classifyTyped(g.family, typ, v)
@@ -62,12 +76,12 @@ func (g *Gate) classify(ev Event) Decision {
 		if isErrorObject(v) {
 			return Error
 		}
-		if len(ev.Name) == 0 && g.family == Responses {
+		if len(name) == 0 && g.family == Responses {
 			return Commit // an unknown event type
 		}
-		return classifyTyped(g.family, ev.Name, v)
+		return classifyTyped(g.family, name, v)
 	default:
-		if isErrorObject(v) || bytes.Equal(ev.Name, nameError) {
+		if isErrorObject(v) || bytes.Equal(name, nameError) {
 			return Error
 		}
 		return Commit

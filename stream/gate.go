@@ -73,7 +73,6 @@ type Gate struct {
 	held      []byte
 	eventsEnd int // len of the prefix of held made of classified events
 	fr        Framer
-	parser    fastjson.Parser
 
 	decided  bool // a decision other than Hold was returned
 	decision Decision
@@ -247,6 +246,9 @@ func (g *Gate) commit(r CommitReason, from int) Decision {
 }
 
 func (g *Gate) isJSONObject(b []byte) bool {
-	v, err := g.parser.ParseBytes(b)
-	return err == nil && v.Type() == fastjson.TypeObject
+	p := parsers.Get()
+	v, err := p.ParseBytes(b)
+	ok := err == nil && v.Type() == fastjson.TypeObject
+	parsers.Put(p)
+	return ok
 }
