@@ -27,6 +27,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	}
 	c2 := &clientConn{TCPConn: tc, raw: raw}
 	c2.readFn = c2.readInto
+	c2.sock.init(raw)
 	return c2, nil
 }
 
@@ -43,6 +44,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 type clientConn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
+	sock  rawSocket  // every other read and write
 	ahead *readAhead // bytes read but not yet returned; nil when none
 	rset  time.Time  // the read deadline on the socket (zero: none)
 
@@ -77,17 +79,21 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if len(p) != 1 {
-		return c.TCPConn.Read(p)
+		n, err := c.sock.read(p)
+		if err != nil && err != io.EOF {
+			err = c.opError("read", err)
+		}
+		return n, err
 	}
 	err := c.raw.Read(c.readFn)
 	a, n, rerr := c.got, c.n, c.rerr
 	c.got, c.rerr = nil, nil
 	switch {
 	case err != nil: // the read deadline, or the connection closed under the read
-		return 0, c.opError(err)
+		return 0, c.opError("read", err)
 	case rerr != nil:
 		readAheads.Put(a)
-		return 0, c.opError(os.NewSyscallError("read", rerr))
+		return 0, c.opError("read", os.NewSyscallError("read", rerr))
 	case n <= 0:
 		readAheads.Put(a)
 		return 0, io.EOF
@@ -106,25 +112,35 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // lent buffer, or gives the buffer back and asks to wait when nothing has.
 func (c *clientConn) readInto(fd uintptr) bool {
 	a := readAheads.Get().(*readAhead)
-	var n int
-	var err error
-	for {
-		n, err = syscall.Read(int(fd), a.b[:])
-		if err != syscall.EINTR {
-			break
-		}
+	n, e := sysRead(fd, a.b[:])
+	for e == syscall.EINTR {
+		n, e = sysRead(fd, a.b[:])
 	}
-	if err == syscall.EAGAIN {
+	var err error
+	switch e {
+	case syscall.EAGAIN:
 		readAheads.Put(a) // nothing yet: wait for the socket without the buffer
 		return false
+	case 0:
+	default:
+		n, err = -1, e
 	}
 	c.got, c.n, c.rerr = a, n, err
 	return true
 }
 
-// opError wraps err as net.TCPConn.Read would.
-func (c *clientConn) opError(err error) error {
-	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+// Write writes all of p (see rawSocket).
+func (c *clientConn) Write(p []byte) (int, error) {
+	n, err := c.sock.write(p)
+	if err != nil {
+		err = c.opError("write", err)
+	}
+	return n, err
+}
+
+// opError wraps err as net.TCPConn's Read and Write would.
+func (c *clientConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // SetReadDeadline leaves the deadline where it is when t is less than deadlineSlack later:

@@ -48,6 +48,7 @@ type upConn struct {
 	fd        int             // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
 	raw       syscall.RawConn // the TCP socket for waiting without a buffer; nil under TLS (tls.Conn buffers itself)
 	rd        pollReader
+	sock      rawSocket     // reads and writes on raw; unused under TLS
 	br        *bufio.Reader // reads through rd; lent from readerPool while it holds bytes or a read runs
 	idleSince time.Time
 	reused    bool
@@ -128,6 +129,7 @@ func (c *upConn) close() {
 // (fasthttp.ErrBrokenChunk does not unwrap). Owned by the attempt using the connection.
 type pollReader struct {
 	conn     net.Conn
+	sock     *rawSocket  // reads conn's socket when not nil (not under TLS)
 	deadline time.Time   // zero: no deadline
 	gone     func() bool // the client left; nil when there is nobody to watch
 	stop     func() bool // the shutdown timeout passed
@@ -145,7 +147,13 @@ func (r *pollReader) Read(p []byte) (int, error) {
 		if err := r.slice(); err != nil {
 			return 0, err
 		}
-		n, err := r.conn.Read(p)
+		var n int
+		var err error
+		if r.sock != nil {
+			n, err = r.sock.read(p)
+		} else {
+			n, err = r.conn.Read(p)
+		}
 		if n > 0 || err == nil || !isTimeout(err) {
 			return n, err
 		}
@@ -177,7 +185,7 @@ func (r *pollReader) waitReadable(raw syscall.RawConn) error {
 // read, false (wait for the poller) when a read would block.
 func hasInput(fd uintptr) bool {
 	var buf [1]byte
-	_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
 		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	return errno != syscall.EAGAIN
 }
@@ -329,10 +337,14 @@ func (p *pool) dial() (*upConn, error) {
 		tc.SetDeadline(time.Time{})
 		c.conn = tc
 	}
-	if p.tlsConfig == nil {
-		c.raw, _ = tcp.SyscallConn()
-	}
 	c.rd.conn = c.conn
+	if p.tlsConfig == nil {
+		if raw, err := tcp.SyscallConn(); err == nil {
+			c.raw = raw
+			c.sock.init(raw)
+			c.rd.sock = &c.sock
+		}
+	}
 	return c, nil
 }
 
@@ -350,12 +362,12 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	}
 	switch {
 	case len(body) == 0:
-		_, err := c.conn.Write(head)
+		_, err := c.write(head)
 		return err
 	case len(body) <= maxCopiedBody:
 		bp := requestBuffers.Get().(*[]byte)
 		b := append(append((*bp)[:0], head...), body...)
-		_, err := c.conn.Write(b)
+		_, err := c.write(b)
 		if cap(b) <= 2*maxCopiedBody {
 			*bp = b[:0]
 			requestBuffers.Put(bp)
@@ -367,6 +379,14 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	_, err := c.bufs.WriteTo(c.conn)
 	c.iov, c.bufs = [2][]byte{}, nil
 	return err
+}
+
+// write writes p on the connection: through rawSocket on TCP.
+func (c *upConn) write(p []byte) (int, error) {
+	if c.raw != nil {
+		return c.sock.write(p)
+	}
+	return c.conn.Write(p)
 }
 
 // maxCopiedBody is the largest request body writeRequest copies behind the head.
@@ -422,7 +442,7 @@ func peerClosed(fd int) bool {
 		return false
 	}
 	var buf [1]byte
-	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
+	n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
 		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	switch {
 	case errno == syscall.EAGAIN || errno == syscall.EINTR:

@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"io"
+	"os"
+	"syscall"
+)
+
+// rawSocket reads and writes a TCP socket through its syscall.RawConn with raw system calls.
+//
+// Go's own socket reads and writes enter the scheduler's "in a system call" state around each
+// call. While a goroutine is in that state the runtime's monitor thread may take its P away
+// and start another thread to run it (a handoff: a futex wake and two context switches); on a
+// busy proxy a loopback write, which runs the receiver's TCP stack too, lasts long enough for
+// that to happen often. The socket is non-blocking (the runtime's poller set it so), so these
+// calls never wait in the kernel: they return data, an end, an error or EAGAIN, and on EAGAIN
+// the RawConn parks the goroutine on the poller as a net.Conn would, deadlines included.
+//
+// The callbacks are method values made once (a closure per call would allocate); a rawSocket
+// is used by one goroutine at a time for reads and one for writes, like a net.Conn.
+type rawSocket struct {
+	raw syscall.RawConn
+
+	readFn  func(fd uintptr) bool
+	rbuf    []byte
+	rn      int
+	rerr    syscall.Errno
+	writeFn func(fd uintptr) bool
+	wbuf    []byte
+	wn      int
+	werr    syscall.Errno
+}
+
+func (s *rawSocket) init(raw syscall.RawConn) {
+	s.raw = raw
+	s.readFn = s.readOnce
+	s.writeFn = s.writeAll
+}
+
+// read reads into p once, waiting on the poller while nothing has arrived. It returns io.EOF
+// at the peer's orderly close; other errors are the RawConn's (a deadline, a closed
+// connection) or an *os.SyscallError.
+func (s *rawSocket) read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.rbuf, s.rn, s.rerr = p, 0, 0
+	err := s.raw.Read(s.readFn)
+	n, rerr := s.rn, s.rerr
+	s.rbuf = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != 0:
+		return 0, os.NewSyscallError("read", rerr)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *rawSocket) readOnce(fd uintptr) bool {
+	for {
+		n, e := sysRead(fd, s.rbuf)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		case 0:
+			s.rn = n
+		default:
+			s.rerr = e
+		}
+		return true
+	}
+}
+
+// write writes all of p, waiting on the poller whenever the socket's send buffer is full.
+func (s *rawSocket) write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.wbuf, s.wn, s.werr = p, 0, 0
+	err := s.raw.Write(s.writeFn)
+	n, werr := s.wn, s.werr
+	s.wbuf = nil
+	switch {
+	case werr != 0:
+		return n, os.NewSyscallError("write", werr)
+	case err != nil:
+		return n, err
+	}
+	return n, nil
+}
+
+func (s *rawSocket) writeAll(fd uintptr) bool {
+	for s.wn < len(s.wbuf) {
+		n, e := sysWrite(fd, s.wbuf[s.wn:])
+		switch e {
+		case 0:
+			s.wn += n
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.werr = e
+			return true
+		}
+	}
+	return true
+}

@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llm-failover/failover/classify"
+)
+
+// rawPair returns a rawSocket on one end of a loopback connection, that end, and the peer.
+func rawPair(t *testing.T) (*rawSocket, *net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	a, b := loopbackPair(t, nil)
+	tc := a.(*net.TCPConn)
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := new(rawSocket)
+	s.init(raw)
+	return s, tc, b.(*net.TCPConn)
+}
+
+// A write larger than both socket buffers waits on the poller while the peer does not read,
+// and delivers every byte, in order, once it does.
+func TestRawSocketWriteWaitsForTheReader(t *testing.T) {
+	s, tc, peer := rawPair(t)
+	tc.SetWriteBuffer(16 << 10)
+	peer.SetReadBuffer(16 << 10)
+	payload := make([]byte, 4<<20)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := s.write(payload)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("4 MiB written to a peer that reads nothing: %d, %v", r.n, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	got, err := io.ReadAll(io.LimitReader(peer, int64(len(payload))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != len(payload) {
+		t.Fatalf("write: %d, %v; want %d, nil", r.n, r.err, len(payload))
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatal("the peer read other bytes than were written")
+	}
+}
+
+// read returns what arrived, io.EOF at an orderly close, and a reset that the decision
+// function sees as one; a write to a reset connection fails the same way.
+func TestRawSocketEnds(t *testing.T) {
+	s, _, peer := rawPair(t)
+	peer.Write([]byte("hello"))
+	peer.Close()
+	buf := make([]byte, 64)
+	n, err := s.read(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read: %q, %v", buf[:n], err)
+	}
+	if n, err := s.read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("read after the peer closed: %d, %v; want 0, EOF", n, err)
+	}
+
+	s, _, peer = rawPair(t)
+	peer.SetLinger(0) // Close sends a reset
+	peer.Close()
+	_, err = s.read(buf)
+	if !errors.Is(err, syscall.ECONNRESET) || transportOf(err) != classify.TransportReset {
+		t.Fatalf("read after a reset: %v, want ECONNRESET", err)
+	}
+	_, err = s.write([]byte("after the reset"))
+	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("write after a reset: %v, want EPIPE or ECONNRESET", err)
+	}
+	if transportOf(err) != classify.TransportReset {
+		t.Fatalf("write after a reset classified as %v", transportOf(err))
+	}
+}
+
+// The connection's deadlines bound a read that waits and a write that waits.
+func TestRawSocketDeadlines(t *testing.T) {
+	s, tc, peer := rawPair(t)
+	tc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := s.read(make([]byte, 16)); !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	tc.SetWriteBuffer(16 << 10)
+	peer.SetReadBuffer(16 << 10)
+	tc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	payload := make([]byte, 4<<20)
+	n, err := s.write(payload)
+	if !isTimeout(err) || n >= len(payload) {
+		t.Fatalf("write past the deadline: %d, %v; want a short write and a timeout", n, err)
+	}
+}
+
+// A read and a write through rawSocket allocate nothing.
+func TestRawSocketAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	s, _, peer := rawPair(t)
+	msg := []byte("data: {\"choices\":[]}\n\n")
+	buf := make([]byte, 256)
+	round := func() {
+		if _, err := s.write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(msg); {
+			n, err := s.read(buf[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("a write and a read allocate %.1f times, want 0", n)
+	}
+}
