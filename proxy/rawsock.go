@@ -28,7 +28,7 @@ type rawSocket struct {
 	writeFn func(fd uintptr) bool
 	wbuf    []byte
 	wn      int
-	werr    syscall.Errno
+	werr    error
 }
 
 func (s *rawSocket) init(raw syscall.RawConn) {
@@ -81,13 +81,13 @@ func (s *rawSocket) write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.wbuf, s.wn, s.werr = p, 0, 0
+	s.wbuf, s.wn, s.werr = p, 0, nil
 	err := s.raw.Write(s.writeFn)
 	n, werr := s.wn, s.werr
-	s.wbuf = nil
+	s.wbuf, s.werr = nil, nil
 	switch {
-	case werr != 0:
-		return n, os.NewSyscallError("write", werr)
+	case werr != nil:
+		return n, werr
 	case err != nil:
 		return n, err
 	}
@@ -97,14 +97,17 @@ func (s *rawSocket) write(p []byte) (int, error) {
 func (s *rawSocket) writeAll(fd uintptr) bool {
 	for s.wn < len(s.wbuf) {
 		n, e := sysWrite(fd, s.wbuf[s.wn:])
-		switch e {
-		case 0:
+		switch {
+		case e == 0 && n > 0:
 			s.wn += n
-		case syscall.EINTR:
-		case syscall.EAGAIN:
+		case e == 0: // nothing written and no error: as internal/poll, do not spin
+			s.werr = io.ErrUnexpectedEOF
+			return true
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
 			return false
 		default:
-			s.werr = e
+			s.werr = os.NewSyscallError("write", e)
 			return true
 		}
 	}
