@@ -16,8 +16,12 @@ import (
 // calls never wait in the kernel: they return data, an end, an error or EAGAIN, and on EAGAIN
 // the RawConn parks the goroutine on the poller as a net.Conn would, deadlines included.
 //
-// The callbacks are method values made once (a closure per call would allocate); a rawSocket
-// is used by one goroutine at a time for reads and one for writes, like a net.Conn.
+// The price: the goroutine keeps its P, and cannot be preempted, for the length of one call
+// (microseconds: a copy into or out of the socket buffer).
+//
+// The callbacks are method values made once (a closure per call would allocate). Unlike a
+// net.Conn, a rawSocket takes one reader and one writer at a time, not concurrent writers:
+// each connection here is written by the one goroutine serving it.
 type rawSocket struct {
 	raw syscall.RawConn
 
