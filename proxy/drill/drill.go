@@ -173,7 +173,10 @@ func scenarios() []*scenario {
 				for _, c := range r.calls {
 					total += c
 				}
-				if total != 1 {
+				switch {
+				case total == 0:
+					return "the first target was never called"
+				case total != 1:
 					return fmt.Sprintf("%d upstream calls after the client left, want none", total-1)
 				}
 				return ""
@@ -279,6 +282,10 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/v1"+sc.path, strings.NewReader(sc.body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
+	if tok := cfg.Server.InboundToken; tok != "" {
+		// The drill's client is the application: it holds the sidecar's token like any other.
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	if after := sc.cancelAfter; after > 0 {
 		// The client must leave while the stalled first attempt is still running: under a
 		// FAILOVER_ATTEMPT_TIMEOUT shorter than the drill's pause, the attempt would end on its

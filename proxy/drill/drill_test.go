@@ -146,3 +146,19 @@ func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
 		t.Fatalf("exit code %d:\n%s", code, out.String())
 	}
 }
+
+// Under a policy with FAILOVER_INBOUND_TOKEN, the drill's client sends the token as the
+// application would: every drill holds, none is rejected with 401.
+func TestDrillWithAnInboundToken(t *testing.T) {
+	cfg, err := proxy.Load([]string{"FAILOVER_INBOUND_TOKEN=drill-token-not-a-secret"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code := Run(cfg, &out); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, out.String())
+	}
+	if strings.Contains(out.String(), " 401 ") {
+		t.Fatalf("a drill was rejected with 401:\n%s", out.String())
+	}
+}
