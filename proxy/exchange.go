@@ -668,8 +668,21 @@ func (ex *exchange) fail(a *attempt, err error) {
 		a.transport = classify.TransportOther
 	default:
 		a.transport = transportOf(err)
+		// For least-latency a failure is a slow sample, never a fast one: a refused or reset
+		// connection fails in microseconds, and as its own time it would make a dead target
+		// the favourite. The client leaving or the shutdown say nothing about the target.
+		a.t.observeLatency(max(time.Since(a.start), failedAttemptLatency(ex.srv.cfg.Server.ConnectTimeout)))
 	}
-	a.t.observeLatency(time.Since(a.start))
+}
+
+// failedAttemptLatency is the least-latency sample for an attempt that got no answer: at
+// least FAILOVER_CONNECT_TIMEOUT (10 s when that is disabled), slower than any target that
+// answers in time.
+func failedAttemptLatency(connectTimeout time.Duration) time.Duration {
+	if connectTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return connectTimeout
 }
 
 // readBody holds a non-streaming response up to FAILOVER_MAX_RESPONSE_BYTES for the decision.
