@@ -583,7 +583,10 @@ func (ex *exchange) do(a *attempt) {
 		if err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline); err != nil {
 			c.close()
 			if c.reused && tries == 0 {
-				continue // a pooled connection the far side had closed: once more, on a fresh one
+				// A pooled connection the far side had closed refused the request, so no
+				// server read it whole: once more, on a fresh connection. Once a request is
+				// written, a failure is the attempt's (the server may be generating).
+				continue
 			}
 			ex.fail(a, err)
 			return
@@ -597,12 +600,6 @@ func (ex *exchange) do(a *attempt) {
 			c.close()
 			ex.fail(a, err)
 			return
-		}
-		if c.reused && tries == 0 {
-			if _, err := c.reader().Peek(1); err != nil && c.rd.why == nil {
-				c.close()
-				continue // closed before answering: the request never reached a live server
-			}
 		}
 		break
 	}

@@ -34,6 +34,9 @@ const (
 	idleConnTimeout = 30 * time.Second
 	// maxIdlePerTarget bounds the pool; more concurrent attempts dial and close.
 	maxIdlePerTarget = 512
+	// stalePeekAfter: a pooled connection idle longer is checked for the far side's close
+	// before it is used again (pool.get).
+	stalePeekAfter = 100 * time.Millisecond
 	// pollInterval is how often a wait on an upstream checks that the client is still there:
 	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
 	pollInterval = 250 * time.Millisecond
@@ -262,10 +265,13 @@ func (p *pool) get(now time.Time) (*upConn, error) {
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		idle := now.Sub(c.idleSince)
-		// A connection idle for under a second is taken as alive without a syscall: servers
-		// close idle keep-alive connections after seconds, and a stale one that slips through
-		// is caught when its first read fails and redialled once (see exchange.do).
-		if idle > idleConnTimeout || c.buffered() > 0 || idle > time.Second && peerClosed(c.fd) {
+		// A connection idle for longer than stalePeekAfter is peeked before reuse: a request
+		// written to a connection the far side has closed fails after it was sent, and is then
+		// an attempt for the decision function, never sent again behind its back (the far side
+		// may have read it). One idle for less is taken as alive without a syscall: servers
+		// close idle keep-alive connections after seconds, and under load connections come
+		// back within milliseconds.
+		if idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && peerClosed(c.fd) {
 			c.close()
 			continue
 		}

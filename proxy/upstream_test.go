@@ -12,8 +12,8 @@ import (
 )
 
 // A pooled upstream connection the far side closed while it sat idle must cost neither a
-// failed attempt nor a transfer: the sidecar notices (a peek before reuse, or the first read
-// failing on a reused connection) and sends the request once on a fresh connection.
+// failed attempt nor a transfer: the sidecar notices (a peek before reuse) and sends the
+// request once on a fresh connection.
 func TestStalePooledConnectionIsRedialled(t *testing.T) {
 	var calls atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,5 +48,30 @@ func TestStalePooledConnectionIsRedialled(t *testing.T) {
 	}
 	if second.Calls() != 0 {
 		t.Fatalf("a stale connection caused a transfer")
+	}
+}
+
+// A request written to a pooled connection that then closes (or resets) without an answer is
+// an attempt like any other: the far side may have read it and started generating, so it is
+// never sent again behind the decision function's back. With failover off that is one
+// upstream request and one attempt in the ledger.
+func TestWrittenRequestIsNotResentOnAPooledConnection(t *testing.T) {
+	for _, fault := range []pt.Fault{pt.FaultClose, pt.FaultReset} {
+		up := upstream(t, pt.JSON(200, pt.ChatCompletion("first")), pt.Step{Fault: fault}, pt.JSON(200, pt.ChatCompletion("second")))
+		s := start(t, env(targets(up.URL), []string{"FAILOVER_ENABLED=false"})...)
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+			t.Fatalf("first request: %d", r.Status)
+		}
+		r := s.Post("/chat/completions", chatBody) // on the pooled connection, at once
+		if r.Status != 502 || r.Header.Get("X-Failover-Attempts") != "1" {
+			t.Errorf("fault %d: %d in %s attempts, want 502 in 1", fault, r.Status, r.Header.Get("X-Failover-Attempts"))
+		}
+		if n := len(up.Requests()); n != 2 {
+			t.Errorf("fault %d: the upstream received %d requests, want 2 (the second one once)", fault, n)
+		}
+		recs := s.WaitLedger(2)
+		if l, _ := recs[1]["ledger"].([]any); len(l) != 1 || l[0].(map[string]any)["class"] != "reset" {
+			t.Errorf("fault %d: ledger %v, want one reset attempt", fault, recs[1]["ledger"])
+		}
 	}
 }
