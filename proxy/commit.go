@@ -336,6 +336,12 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 		return p.interrupt(w, "the sidecar is shutting down")
 	case err != io.EOF:
 		return p.interrupt(w, "the upstream connection failed after output began")
+	case p.sse && p.ex.gate.Failed():
+		// The upstream's own error event reached the client, which needs no second one; the
+		// body is still left unterminated, even after a proper final event, so that a client
+		// reading only the transport sees the failure too.
+		p.interrupted = true
+		return false, false
 	case p.sse && !p.ex.gate.Finished():
 		return p.interrupt(w, "the upstream ended the stream without its final event")
 	}
@@ -412,8 +418,8 @@ func (p *pipe) end(clientLeft bool) {
 	clientLeft = clientLeft || ex.gone
 	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
 	if p.sse && ex.gate.Failed() {
-		// The upstream's own error event reached the client, which needs no second one: the
-		// stream still failed after output began.
+		// The upstream's own error event reached the client: the stream failed after output
+		// began, however it ended (finishBody does not terminate such a body).
 		p.interrupted = true
 	}
 	if p.interrupted {
