@@ -113,6 +113,29 @@ func TestElapsedBudgetStopsTheSweep(t *testing.T) {
 	}
 }
 
+// A retry whose wait FAILOVER_MAX_ELAPSED refuses becomes a transfer; when no candidate is
+// left for it, the budget is what ended the request, and it is reported as such.
+func TestElapsedBudgetRefusingTheLastRetry(t *testing.T) {
+	up := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 1"), pt.JSON(200, pt.ChatCompletion("later")))
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_MAX_ELAPSED=500ms"})...)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 503 || up.Calls() != 1 {
+		t.Fatalf("got %d after %d calls, want the 503 after 1", r.Status, up.Calls())
+	}
+	rec := s.Ledger()[0]
+	if rec["outcome"] != "budget_exhausted" {
+		t.Errorf("outcome %v, want budget_exhausted", rec["outcome"])
+	}
+	if l, _ := rec["ledger"].([]any); len(l) != 1 || l[0].(map[string]any)["reason"] != "elapsed_limit" {
+		t.Errorf("ledger %v, want one attempt stopped by elapsed_limit", rec["ledger"])
+	}
+	if ev := s.Records("routing_transfer_limit_reached"); len(ev) != 1 || ev[0]["budget"] != "max_elapsed" {
+		t.Errorf("events %v", ev)
+	}
+	if !strings.Contains(s.ScrapeMetrics(), `failover_budget_exhausted_total{budget="max_elapsed"} 1`) {
+		t.Error("budget metric not counted")
+	}
+}
+
 func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
 	// Each wait is certain to exceed what is left of a 1 s budget, so the retry must become a
 	// transfer at once: without the check, the first target is called twice (after a 2 s wait),

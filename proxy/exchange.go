@@ -288,7 +288,12 @@ func (ex *exchange) run() {
 			case v.Action == classify.ActionTransfer && !looked:
 				// A retry whose backoff no longer fits became a transfer.
 				pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
-				exhausted = !ok
+				if !ok {
+					// No candidate is left to transfer to: the elapsed budget, which refused
+					// the retry, is what ends the request.
+					v.Action, v.Reason = classify.ActionStop, classify.ReasonElapsedLimit
+					ex.reportLimit(a, v.Reason, s.clock.Now())
+				}
 			case v.Action != classify.ActionTransfer && looked && probe:
 				s.targets[ex.cands[pos]].health.Release() // a budget stopped the sweep: the probe goes unused
 			}
@@ -369,10 +374,22 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict) classify.Verdict {
 			limited = classify.Limit(v, al)
 		}
 	}
-	switch limited.Reason {
+	ex.reportLimit(a, limited.Reason, now)
+	if limited.Action == classify.ActionTransfer && v.Transient && a.t.retries > 0 && !ex.budget.RetryAllowed(a.t.retries) {
+		s.metrics.budgetExhausted[budgetTargetRetry].Inc()
+		ex.event(slog.LevelInfo, "target_transfer_limit_reached", a, slog.Int("retries", ex.budget.RetriesOnTarget()))
+	}
+	return limited
+}
+
+// reportLimit counts and logs a budget that stopped the sweep (reason is the verdict's; any
+// other reason reports nothing).
+func (ex *exchange) reportLimit(a *attempt, reason classify.Reason, now time.Time) {
+	s := ex.srv
+	switch reason {
 	case classify.ReasonTransferLimit, classify.ReasonElapsedLimit:
 		kind := budgetTransfers
-		if limited.Reason == classify.ReasonElapsedLimit {
+		if reason == classify.ReasonElapsedLimit {
 			kind = budgetElapsed
 		}
 		s.metrics.budgetExhausted[kind].Inc()
@@ -382,11 +399,6 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict) classify.Verdict {
 		s.metrics.budgetExhausted[budgetRetryBudget].Inc()
 		ex.event(slog.LevelWarn, "retry_budget_exhausted", a)
 	}
-	if limited.Action == classify.ActionTransfer && v.Transient && a.t.retries > 0 && !ex.budget.RetryAllowed(a.t.retries) {
-		s.metrics.budgetExhausted[budgetTargetRetry].Inc()
-		ex.event(slog.LevelInfo, "target_transfer_limit_reached", a, slog.Int("retries", ex.budget.RetriesOnTarget()))
-	}
-	return limited
 }
 
 // applyHealth executes the verdict's health effect on the target.
