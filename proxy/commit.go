@@ -61,7 +61,11 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 	}
 	switch a.kind {
 	case classify.KindStreamCommit:
-		// A success rule matched every candidate: the last stream is still the best answer.
+		// A success rule matched every candidate: the last stream is still the best answer,
+		// and from here it is a committed stream like any other.
+		if r := ex.ledger.last(); r != nil {
+			r.phase = PhaseCommitted
+		}
 		ex.commit(a, outcome)
 		return
 	case classify.KindResponse:

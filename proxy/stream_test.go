@@ -104,6 +104,29 @@ func TestStreamBeforeCommit(t *testing.T) {
 	}
 }
 
+// When a success rule matches the stream of every candidate, the last one is still the answer:
+// it is committed and piped like any stream, and the ledger says so.
+func TestStreamSuccessRuleOnEveryCandidate(t *testing.T) {
+	filtered := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("I cannot help with that [filtered]"), pt.Done)...)
+	a, b := upstream(t, filtered), upstream(t, filtered)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SUCCESS_RULE_0_PATTERN=\\[filtered\\]"})...)
+	r := s.Post("/chat/completions", streamBody)
+	if r.Status != 200 || !strings.HasSuffix(string(r.Body), pt.Done) {
+		t.Fatalf("client got %d %q, want the last stream", r.Status, r.Body)
+	}
+	rec := s.WaitLedger(1)[0]
+	ledger := rec["ledger"].([]any)
+	if rec["outcome"] != "exhausted" || len(ledger) != 2 {
+		t.Fatalf("record %v", rec)
+	}
+	if first := ledger[0].(map[string]any); first["phase"] != "before_content" {
+		t.Errorf("first attempt %v, want before_content", first)
+	}
+	if last := ledger[1].(map[string]any); last["phase"] != "committed" {
+		t.Errorf("last attempt %v, want phase committed: its stream reached the client", last)
+	}
+}
+
 func TestStreamStopRuleOnAnInStreamError(t *testing.T) {
 	over := pt.AnthropicStreamError("overloaded_error", "Overloaded")
 	a := upstream(t, pt.SSE(pt.Events(0, pt.AnthropicStream(0)[0].Data, over)...))
