@@ -10,7 +10,8 @@ const (
 	// first bytes, when it was larger than the response buffer).
 	KindResponse Kind = iota
 	// KindStreamCommit is a stream about to commit (business content seen or the peek limit
-	// reached): Status is 200 and Body holds the complete events held so far.
+	// reached): Status is 200 and Body holds the complete events judged so far (up to the
+	// decisive one, or those within the peek limit).
 	KindStreamCommit
 	// KindStreamError is an error event that arrived before any business content: Body is
 	// its data. Its status comes from the payload (SPEC section 6), else 502.

@@ -164,6 +164,34 @@ func TestStreamPeekLimitCommits(t *testing.T) {
 	}
 }
 
+func TestStreamPeekLimitCommitsWithinOneRead(t *testing.T) {
+	// The same bytes as TestStreamPeekLimitCommits in one write: the opening events pass the
+	// peek limit before the error event ends, so the stream commits at the limit however the
+	// bytes were read, and the error is after commit.
+	var events []string
+	for range 40 {
+		events = append(events, ": keep-alive padding padding padding padding padding\n\n")
+	}
+	events = append(events, pt.ChatError("late failure", "server_error", "server_error"))
+	all := strings.Join(events, "")
+	a := upstream(t, pt.SSE(pt.Chunk{Data: all}))
+	b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
+	r := s.Post("/chat/completions", streamBody)
+	if r.Status != 200 || b.Calls() != 0 {
+		t.Fatalf("status %d, second called %d times, body %q", r.Status, b.Calls(), r.Body)
+	}
+	if !strings.HasPrefix(string(r.Body), all) {
+		t.Fatalf("the client did not get the upstream's bytes: body %q", r.Body)
+	}
+	if !strings.Contains(string(r.Body), `"code":"stream_interrupted"`) || r.Err == nil {
+		t.Errorf("the stream ended without its terminal event but not as interrupted: err %v, body %q", r.Err, r.Body)
+	}
+	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
+		t.Errorf("peek_limit commit not counted:\n%s", m)
+	}
+}
+
 func TestStreamAfterCommit(t *testing.T) {
 	content := []string{pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatDelta(" world")}
 	tests := []struct {

@@ -47,6 +47,7 @@ type gateResult struct {
 	errData  string
 	events   int
 	finished bool
+	failed   bool
 }
 
 func runGate(g *Gate, fam Family, peek int, chunks [][]byte) gateResult {
@@ -55,32 +56,38 @@ func runGate(g *Gate, fam Family, peek int, chunks [][]byte) gateResult {
 	if d == Hold {
 		d = g.End()
 	}
-	return gateResult{d, g.Reason(), string(g.ErrorData()), len(g.Events()), g.Finished()}
+	return gateResult{d, g.Reason(), string(g.ErrorData()), len(g.Events()), g.Finished(), g.Failed()}
 }
 
 // FuzzGate checks that the Gate never panics and that its decision, reason,
-// ErrorData, Events and Finished do not depend on how the input is chunked
-// (with a peek limit the input never reaches: the limit itself depends on
-// chunking by design). With a small peek limit it checks only the invariants.
+// ErrorData, Events, Finished and Failed do not depend on how the input is
+// chunked, with a peek limit the input never reaches and with limits it does
+// (only events within the limit are judged, wherever the reads were cut).
 func FuzzGate(f *testing.F) {
 	f.Add(uint8(Chat), []byte("data: {\"error\":{}}\n\n"), []byte{3})
 	f.Add(uint8(Messages), []byte("event: error\ndata: x\n\n"), []byte{0})
+	f.Add(uint8(Chat), []byte(": padding padding\n\ndata: {\"error\":{}}\n\n"), []byte{7})
 	f.Fuzz(func(t *testing.T, fam uint8, in, cuts []byte) {
 		family := Family(fam % 5)
 		var g Gate
-		want := runGate(&g, family, len(in)+1, [][]byte{in})
-		if !bytes.Equal(g.Held(), in) {
-			t.Fatal("Held() is not the input")
-		}
-		got := runGate(&g, family, len(in)+1, splitBy(in, cuts))
-		if got != want {
-			t.Fatalf("%v: chunked %+v, whole %+v", family, got, want)
-		}
-		if want.decision == Hold {
-			t.Fatal("End left the gate holding")
-		}
-		if (want.decision == Error) != (want.errData != "" || g.ErrorData() != nil) {
-			t.Fatalf("%v: decision %v with ErrorData %q", family, want.decision, want.errData)
+		for _, peek := range []int{len(in) + 1, 16, len(in)/2 + 1} {
+			want := runGate(&g, family, peek, [][]byte{in})
+			if peek > len(in) && !bytes.Equal(g.Held(), in) {
+				t.Fatal("Held() is not the input")
+			}
+			got := runGate(&g, family, peek, splitBy(in, cuts))
+			if got != want {
+				t.Fatalf("%v, peek %d: chunked %+v, whole %+v", family, peek, got, want)
+			}
+			if want.decision == Hold {
+				t.Fatal("End left the gate holding")
+			}
+			if (want.decision == Error) != (want.errData != "" || g.ErrorData() != nil) {
+				t.Fatalf("%v: decision %v with ErrorData %q", family, want.decision, want.errData)
+			}
+			if want.events > peek {
+				t.Fatalf("%v: an event ending at %d past the peek limit %d was judged", family, want.events, peek)
+			}
 		}
 		// Small peek limit: no panic, Events is a prefix of Held, and the
 		// bytes held never exceed the limit by more than the last chunk.

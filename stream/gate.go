@@ -34,7 +34,8 @@ type CommitReason uint8
 const (
 	// ReasonContent means business content arrived.
 	ReasonContent CommitReason = iota
-	// ReasonPeekLimit means the peek limit was reached before content.
+	// ReasonPeekLimit means the peek limit was reached before any event
+	// ending within it decided.
 	ReasonPeekLimit
 	// ReasonHeaders means the Gate committed at headers (image, or a peek
 	// limit of 0).
@@ -82,8 +83,9 @@ type Gate struct {
 	failed   bool // an error event went by after commit
 }
 
-// Reset readies g for a new response of family f. peekLimit is the most bytes
-// held before the Gate commits anyway; <= 0 commits at headers.
+// Reset readies g for a new response of family f. peekLimit is how many bytes
+// from the start of the stream are judged before the Gate commits anyway; <= 0
+// commits at headers.
 func (g *Gate) Reset(f Family, peekLimit int) {
 	g.family = f
 	g.peek = peekLimit
@@ -101,10 +103,20 @@ func (g *Gate) Reset(f Family, peekLimit int) {
 // Feed appends a copy of p to the held bytes, frames the events it completes,
 // classifies them in order and returns at the first decisive one (Commit,
 // Error or Empty); Hold when none was. For Image, or a peek limit <= 0, the
-// first Feed commits with ReasonHeaders. When no complete event decides and
-// len(Held()) >= the peek limit, Feed commits with ReasonPeekLimit. On Commit
-// the rest of the held bytes has already been watched as tail, so Finished is
-// right even when the whole stream came in one read.
+// first Feed commits with ReasonHeaders.
+//
+// Only the first peek-limit bytes of the stream are judged, however they were
+// split into reads: an event is classified when its end offset in the stream
+// (just past the CR or LF of its blank line, as Framer.Next reports it; the LF
+// of a CRLF is not part of it) is at most the limit, and never when it ends
+// past the limit, even if it came in the same read. When the held bytes reach
+// the limit and no event within it decided, Feed commits with ReasonPeekLimit
+// at the limit. Held still keeps the whole read that reached the limit (the
+// proxy replays it), so it can pass the limit by the rest of that read.
+//
+// On Commit the held bytes after the commit point (the decisive event's end,
+// or the peek limit) have already been watched as tail, so Finished and Failed
+// are right even when the whole stream came in one read.
 //
 // After Commit, Feed acts as Observe and returns Commit; after Error or Empty
 // it does nothing and repeats that decision.
@@ -120,9 +132,11 @@ func (g *Gate) Feed(p []byte) Decision {
 	if g.family == Image || g.peek <= 0 {
 		return g.commit(ReasonHeaders, start)
 	}
+	// Frame no further than the limit: the bytes past it are tail, whatever read they came in.
+	judged := min(len(g.held), g.peek)
 	off := start
-	for off < len(g.held) {
-		n, ok := g.fr.Next(g.held[off:])
+	for off < judged {
+		n, ok := g.fr.Next(g.held[off:judged])
 		off += n
 		if !ok {
 			break
@@ -138,8 +152,9 @@ func (g *Gate) Feed(p []byte) Decision {
 			return g.decide(Empty)
 		}
 	}
-	if len(g.held) >= g.peek {
-		return g.commit(ReasonPeekLimit, len(g.held))
+	if judged == g.peek {
+		// The framer stopped at the limit (a record it cut there goes on as tail).
+		return g.commit(ReasonPeekLimit, judged)
 	}
 	return Hold
 }
@@ -175,8 +190,9 @@ func (g *Gate) Shed(limit int) {
 }
 
 // Events returns the prefix of Held made of complete events, up to and
-// including the decisive one: what success rules may match. It ends at the
-// line end of the last event's blank line (at its CR when that is a CRLF).
+// including the decisive one (after a ReasonPeekLimit commit, the events that
+// end within the limit): what success rules may match. It ends at the line end
+// of the last event's blank line (at its CR when that is a CRLF).
 func (g *Gate) Events() []byte { return g.held[:g.eventsEnd] }
 
 // ErrorData returns the data of the error event (its data lines joined) after

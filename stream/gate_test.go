@@ -501,8 +501,8 @@ func TestGatePeekLimit(t *testing.T) {
 		reason CommitReason
 		events int // len(Events())
 	}{
-		{"peek limit reached by opening events commits", first + 1, [][]byte{in[:second]},
-			Commit, ReasonPeekLimit, second},
+		{"peek limit reached by opening events commits with the events within it", first + 1, [][]byte{in[:second]},
+			Commit, ReasonPeekLimit, first},
 		{"peek limit reached mid-record commits with complete events only", first + 1, [][]byte{in[:first+10]},
 			Commit, ReasonPeekLimit, first},
 		{"peek limit reached exactly commits", first, [][]byte{in[:first]},
@@ -513,8 +513,10 @@ func TestGatePeekLimit(t *testing.T) {
 			Commit, ReasonPeekLimit, second},
 		{"content before the limit commits for content", len(in), [][]byte{in},
 			Commit, ReasonContent, recordEnd(t, in, 5)},
-		{"a decisive event wins over the limit in the same feed", 1, [][]byte{in},
+		{"a decisive event ending at the limit wins over it", recordEnd(t, in, 5), [][]byte{in},
 			Commit, ReasonContent, recordEnd(t, in, 5)},
+		{"a decisive event ending past the limit is not judged, even in the same feed", recordEnd(t, in, 5) - 1, [][]byte{in},
+			Commit, ReasonPeekLimit, recordEnd(t, in, 4)},
 		{"peek limit 0 commits at headers", 0, [][]byte{in[:10]},
 			Commit, ReasonHeaders, 0},
 		{"negative peek limit commits at headers even on an empty feed", -1, [][]byte{nil},
@@ -536,6 +538,94 @@ func TestGatePeekLimit(t *testing.T) {
 			}
 			if len(g.Events()) != tt.events {
 				t.Fatalf("len(Events()) = %d, want %d", len(g.Events()), tt.events)
+			}
+		})
+	}
+}
+
+// TestGatePeekLimitIndependentOfReads feeds the same bytes in one read, split in two at
+// every position, and byte by byte: only events that end within the peek limit are judged,
+// so the decision never depends on where the reads were cut (SPEC section 6, "reaching it
+// commits").
+func TestGatePeekLimitIndependentOfReads(t *testing.T) {
+	const comment = ": keep-alive padding padding padding\n\n"
+	pad := strings.Repeat(comment, 2048/len(comment)+1)
+	errEv := `data: {"error":{"message":"late","code":500}}` + "\n\n"
+	content := `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n"
+	crlf := func(s string) string { return strings.ReplaceAll(s, "\n", "\r\n") }
+	lastEndWithin := func(peek int) int { return peek / len(comment) * len(comment) }
+	tests := []struct {
+		name     string
+		in       string
+		peek     int
+		want     Decision
+		reason   CommitReason
+		events   int
+		failed   bool // the error event went by as tail after the commit
+		finished bool
+	}{
+		{"opening events cross the limit, then an error: the limit commits", pad + errEv, 1024,
+			Commit, ReasonPeekLimit, lastEndWithin(1024), true, false},
+		{"an error ending exactly at the limit is judged", pad + errEv, len(pad + errEv),
+			Error, 0, len(pad + errEv), false, false},
+		{"an error ending one byte past the limit is not judged", pad + errEv, len(pad+errEv) - 1,
+			Commit, ReasonPeekLimit, len(pad), true, false},
+		{"an opening event ending exactly at the limit commits for the limit", pad + errEv, 2 * len(comment),
+			Commit, ReasonPeekLimit, 2 * len(comment), true, false},
+		{"content past the limit commits for the limit, not for content", pad + content, 1024,
+			Commit, ReasonPeekLimit, lastEndWithin(1024), false, false},
+		{"content past the limit then [DONE]: the tail sees the end", pad + content + "data: [DONE]\n\n", 1024,
+			Commit, ReasonPeekLimit, lastEndWithin(1024), false, true},
+		// With CRLF an event ends at the CR of its blank line: the LF after it is not part of it.
+		{"CRLF: an error ending at its blank line's CR within the limit is judged", crlf(pad + errEv), len(crlf(pad+errEv)) - 1,
+			Error, 0, len(crlf(pad+errEv)) - 1, false, false},
+		{"CRLF: an error ending one byte past the limit is not judged", crlf(pad + errEv), len(crlf(pad+errEv)) - 2,
+			Commit, ReasonPeekLimit, len(crlf(pad)) - 1, true, false},
+	}
+	type result struct {
+		d        Decision
+		reason   CommitReason
+		events   int
+		errData  string
+		failed   bool
+		finished bool
+	}
+	var g Gate
+	run := func(peek int, in []byte, chunks [][]byte) result {
+		g.Reset(Chat, peek)
+		d := Hold
+		for _, c := range chunks {
+			d = g.Feed(c) // after Commit, Feed watches the tail
+		}
+		if d == Hold {
+			d = g.End()
+		}
+		if !bytes.HasPrefix(in, g.Held()) || !bytes.HasPrefix(g.Held(), g.Events()) {
+			t.Fatalf("Held is not a prefix of the input, or Events not one of Held")
+		}
+		r := result{d: d, events: len(g.Events()), errData: string(g.ErrorData()), failed: g.Failed(), finished: g.Finished()}
+		if d == Commit {
+			r.reason = g.Reason()
+		}
+		return r
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []byte(tt.in)
+			want := result{d: tt.want, reason: tt.reason, events: tt.events, failed: tt.failed, finished: tt.finished}
+			if tt.want == Error {
+				want.errData = `{"error":{"message":"late","code":500}}`
+			}
+			if got := run(tt.peek, in, [][]byte{in}); got != want {
+				t.Fatalf("one read: %+v, want %+v", got, want)
+			}
+			for i := 0; i <= len(in); i++ {
+				if got := run(tt.peek, in, [][]byte{in[:i], in[i:]}); got != want {
+					t.Fatalf("split at %d: %+v, want %+v", i, got, want)
+				}
+			}
+			if got := run(tt.peek, in, byteByByte(tt.in)); got != want {
+				t.Fatalf("byte by byte: %+v, want %+v", got, want)
 			}
 		})
 	}
