@@ -10,11 +10,15 @@ import (
 // is the number of retries already made on this target (0 before the first retry). Full jitter rather than
 // exponential-plus-jitter because many sidecars retrying one overloaded upstream must spread out, not march in step.
 //
-// rnd(k) returns a uniform int64 in [0, k), as math/rand/v2's Int64N does; nil means Int64N. base <= 0 or
-// max <= 0 gives 0. Huge n saturates at max instead of overflowing.
+// rnd(k) returns a uniform int64 in [0, k), as math/rand/v2's Int64N does; nil means Int64N. base <= 0 gives
+// 0. max <= 0 is no cap (FAILOVER_BACKOFF_MAX=0): base·2^n saturates at the longest Duration instead. Huge n
+// saturates at max instead of overflowing.
 func Backoff(base, max time.Duration, n int, rnd func(int64) int64) time.Duration {
-	if base <= 0 || max <= 0 {
+	if base <= 0 {
 		return 0
+	}
+	if max <= 0 {
+		max = math.MaxInt64
 	}
 	ceiling := max
 	// base <= max>>n is exactly "base·2^n <= max", tested without computing the product.

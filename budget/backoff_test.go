@@ -28,7 +28,10 @@ func TestBackoffBounds(t *testing.T) {
 		{"huge n with huge base", math.MaxInt64 / 3, math.MaxInt64 / 2, 1 << 40, math.MaxInt64 / 2},
 		{"zero base never sleeps", 0, 5 * time.Second, 3, -1},
 		{"negative base never sleeps", -ms, 5 * time.Second, 3, -1},
-		{"zero max never sleeps", 200 * ms, 0, 3, -1},
+		{"zero max is no cap", 200 * ms, 0, 10, 200 * ms << 10},
+		{"zero max with n 62 does not overflow", 1, 0, 62, 1 << 62},
+		{"zero max with huge n saturates", 200 * ms, 0, math.MaxInt, math.MaxInt64 - 1},
+		{"zero max with a huge base saturates", math.MaxInt64 / 3, 0, 2, math.MaxInt64 - 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,11 +13,11 @@ type Config struct {
 	MaxElapsed        time.Duration `env:"MAX_ELAPSED" envDefault:"0"`  // 0 = no limit
 	SameTargetRetries int           `env:"SAME_TARGET_RETRIES" envDefault:"0"`
 	BackoffBase       time.Duration `env:"BACKOFF_BASE" envDefault:"200ms"`
-	BackoffMax        time.Duration `env:"BACKOFF_MAX" envDefault:"5s"`
+	BackoffMax        time.Duration `env:"BACKOFF_MAX" envDefault:"5s"` // 0 = no cap
 	RetryAfterMax     time.Duration `env:"RETRY_AFTER_MAX" envDefault:"10s"`
 	EjectAfter        int           `env:"EJECT_AFTER" envDefault:"5"` // 0 = never eject on consecutive failures
 	EjectBase         time.Duration `env:"EJECT_BASE" envDefault:"30s"`
-	EjectMax          time.Duration `env:"EJECT_MAX" envDefault:"300s"`
+	EjectMax          time.Duration `env:"EJECT_MAX" envDefault:"300s"`         // 0 = no cap
 	RetryBudgetRatio  float64       `env:"RETRY_BUDGET_RATIO" envDefault:"0.2"` // 0 = unlimited
 	RetryBudgetMin    int           `env:"RETRY_BUDGET_MIN" envDefault:"10"`    // floor, per second, over a 10 s window
 }
@@ -50,8 +50,9 @@ func (c *Config) Validate() []error {
 	nonNegativeDuration("MAX_ELAPSED", c.MaxElapsed)
 	nonNegative("SAME_TARGET_RETRIES", c.SameTargetRetries)
 	baseOK := nonNegativeDuration("BACKOFF_BASE", c.BackoffBase)
-	if nonNegativeDuration("BACKOFF_MAX", c.BackoffMax) && baseOK && c.BackoffMax < c.BackoffBase {
-		bad("BACKOFF_MAX", "must be >= FAILOVER_BACKOFF_BASE (%s), got %s", c.BackoffBase, c.BackoffMax)
+	// A cap of 0 is no cap (SPEC section 3: 0 disables a limit), so it is not below the base.
+	if nonNegativeDuration("BACKOFF_MAX", c.BackoffMax) && baseOK && c.BackoffMax > 0 && c.BackoffMax < c.BackoffBase {
+		bad("BACKOFF_MAX", "must be >= FAILOVER_BACKOFF_BASE (%s) or 0 (no cap), got %s", c.BackoffBase, c.BackoffMax)
 	}
 	nonNegativeDuration("RETRY_AFTER_MAX", c.RetryAfterMax)
 	nonNegative("EJECT_AFTER", c.EjectAfter)
@@ -63,8 +64,8 @@ func (c *Config) Validate() []error {
 	switch {
 	case c.EjectMax < 0:
 		bad("EJECT_MAX", "must be >= 0, got %s", c.EjectMax)
-	case c.EjectBase > 0 && c.EjectMax < c.EjectBase:
-		bad("EJECT_MAX", "must be >= FAILOVER_EJECT_BASE (%s), got %s", c.EjectBase, c.EjectMax)
+	case c.EjectBase > 0 && c.EjectMax > 0 && c.EjectMax < c.EjectBase:
+		bad("EJECT_MAX", "must be >= FAILOVER_EJECT_BASE (%s) or 0 (no cap), got %s", c.EjectBase, c.EjectMax)
 	}
 	// Written so that NaN fails too.
 	if !(c.RetryBudgetRatio >= 0 && c.RetryBudgetRatio <= maxRetryBudgetRatio) {

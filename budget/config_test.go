@@ -84,7 +84,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative same-target retries", func(c *Config) { c.SameTargetRetries = -2 },
 			[]string{"FAILOVER_SAME_TARGET_RETRIES: must be >= 0, got -2"}},
 		{"backoff max below base names both", func(c *Config) { c.BackoffMax = 100 * time.Millisecond },
-			[]string{"FAILOVER_BACKOFF_MAX: must be >= FAILOVER_BACKOFF_BASE (200ms), got 100ms"}},
+			[]string{"FAILOVER_BACKOFF_MAX: must be >= FAILOVER_BACKOFF_BASE (200ms) or 0 (no cap), got 100ms"}},
+		{"zero backoff max is no cap", func(c *Config) { c.BackoffMax = 0 }, nil},
 		{"negative backoff base is reported once", func(c *Config) { c.BackoffBase = -time.Millisecond },
 			[]string{"FAILOVER_BACKOFF_BASE: must be >= 0, got -1ms"}},
 		{"negative backoff max is reported once", func(c *Config) { c.BackoffMax = -time.Millisecond },
@@ -96,7 +97,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero eject base points at EJECT_AFTER", func(c *Config) { c.EjectBase = 0 },
 			[]string{"FAILOVER_EJECT_BASE: must be > 0 (set FAILOVER_EJECT_AFTER=0 to never eject on failures), got 0s"}},
 		{"eject max below base names both", func(c *Config) { c.EjectMax = 10 * time.Second },
-			[]string{"FAILOVER_EJECT_MAX: must be >= FAILOVER_EJECT_BASE (30s), got 10s"}},
+			[]string{"FAILOVER_EJECT_MAX: must be >= FAILOVER_EJECT_BASE (30s) or 0 (no cap), got 10s"}},
+		{"zero eject max is no cap", func(c *Config) { c.EjectMax = 0 }, nil},
 		{"negative eject max", func(c *Config) { c.EjectMax = -time.Second },
 			[]string{"FAILOVER_EJECT_MAX: must be >= 0, got -1s"}},
 		{"negative ratio", func(c *Config) { c.RetryBudgetRatio = -0.1 },
@@ -112,7 +114,7 @@ func TestConfigValidate(t *testing.T) {
 			c.MaxAttempts, c.BackoffMax, c.EjectAfter, c.RetryBudgetMin = -1, time.Millisecond, -5, -3
 		}, []string{
 			"FAILOVER_MAX_ATTEMPTS: must be >= 0, got -1",
-			"FAILOVER_BACKOFF_MAX: must be >= FAILOVER_BACKOFF_BASE (200ms), got 1ms",
+			"FAILOVER_BACKOFF_MAX: must be >= FAILOVER_BACKOFF_BASE (200ms) or 0 (no cap), got 1ms",
 			"FAILOVER_EJECT_AFTER: must be >= 0, got -5",
 			"FAILOVER_RETRY_BUDGET_MIN: must be >= 0, got -3",
 		}},

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +129,12 @@ func TestHealth(t *testing.T) {
 			{180 * s, "avail", "probe"}, {180 * s, "fail", "ejected 1m40s"},
 			{280 * s, "avail", "probe"}, {280 * s, "fail", "ejected 1m40s"},
 		}, 5},
+		{"EjectMax 0 grows without cap", config(1, 30*s, 0), []step{
+			{0, "fail", "ejected 30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
+			{90 * s, "avail", "probe"}, {90 * s, "fail", "ejected 1m30s"},
+			{180 * s, "avail", "probe"}, {180 * s, "fail", "ejected 2m0s"},
+			{300 * s, "avail", "probe"}, {300 * s, "fail", "ejected 2m30s"},
+		}, 5},
 		{"cap reached exactly", config(1, 30*s, 60*s), []step{
 			{0, "fail", "ejected 30s"}, {30 * s, "avail", "probe"}, {30 * s, "fail", "ejected 1m0s"},
 			{90 * s, "avail", "probe"}, {90 * s, "fail", "ejected 1m0s"},
@@ -180,6 +187,31 @@ func TestHealth(t *testing.T) {
 			}
 			if got := h.Ejections(); got != tt.wantEjections {
 				t.Errorf("Ejections() = %d, want %d", got, tt.wantEjections)
+			}
+		})
+	}
+}
+
+// TestEjectionTimeSaturates: base × consecutive ejections, with or without a cap, never overflows.
+func TestEjectionTimeSaturates(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name        string
+		base, limit time.Duration
+		n           int
+		want        time.Duration
+	}{
+		{"first ejection is base", 30 * s, 300 * s, 1, 30 * s},
+		{"capped", 30 * s, 100 * s, 4, 100 * s},
+		{"no cap grows", 30 * s, 0, 20, 600 * s},
+		{"no cap with huge count saturates", 30 * s, 0, math.MaxInt, maxDuration},
+		{"no cap with huge base saturates", maxDuration / 2, 0, 3, maxDuration},
+		{"huge count under a cap stops at the cap", 30 * s, 300 * s, math.MaxInt, 300 * s},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ejectFor(tt.base, tt.limit, tt.n); got != tt.want {
+				t.Errorf("ejectFor(%v, %v, %d) = %v, want %v", tt.base, tt.limit, tt.n, got, tt.want)
 			}
 		})
 	}

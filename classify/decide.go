@@ -60,9 +60,11 @@ const DefaultStatuses = "429,5xx"
 
 // Decide returns the verdict for one attempt's outcome, in SPEC section 4's order: client gone,
 // already committed, stop rules, success rules, no status, credentials and quota, statuses,
-// phrases, anything else stops. A recoverable outcome becomes a retry while the target has
-// retries left and the class is transient, a transfer otherwise; budgets are applied after,
-// by Limit. Decide never allocates.
+// phrases, anything else stops. An answer without content (an empty body or stream, a chat
+// completion without choices) is recoverable whatever the status list says, as an attempt
+// without an answer is. A recoverable outcome becomes a retry while the target has retries
+// left and the class is transient, a transfer otherwise; budgets are applied after, by Limit.
+// Decide never allocates.
 func (p *Policy) Decide(o *Outcome) Verdict {
 	if o.ClientGone {
 		return Verdict{Class: ClassCancelled, Action: ActionStop, Reason: ReasonCancelled, Status: 499}
@@ -84,7 +86,7 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 		v.Transient = o.Transport != TransportTLS
 		return p.recoverable(o, v)
 	case KindStreamEmpty:
-		return p.brokenAnswer(o, ClassEmptyResponse, 502, nil)
+		return p.emptyAnswer(o, ClassEmptyResponse)
 	case KindStreamError:
 		parser := parsers.Get()
 		info := ExtractError(parser, o.Body)
@@ -103,6 +105,14 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 	}
 
 	// A response: KindResponse or KindStreamCommit.
+	if o.Status >= 300 && o.Status < 400 && p.statuses.Has(o.Status) {
+		// A redirect is no error, so stop rules, credentials and phrases (all about errors)
+		// do not apply; but the operator listed it, so it fails over like any listed status.
+		// Never on the same target (not transient), which would only redirect again.
+		// Unlisted, it commits: the client follows it.
+		v := Verdict{Class: ClassRedirect, Health: statusHealth(o.Status), Reason: ReasonRetryableStatus, Status: o.Status}
+		return p.recoverable(o, v)
+	}
 	if o.Status >= 400 {
 		parser := parsers.Get()
 		info := ExtractError(parser, o.Body)
@@ -116,16 +126,16 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 	if o.Status == 200 && o.Kind == KindResponse {
 		parser := parsers.Get()
 		class, status := fakeSuccess(parser, o.Body, o.Chat)
-		if class != ClassNone {
-			var v Verdict
-			if class == ClassErrorBody {
-				info := ExtractError(parser, o.Body)
-				v = p.brokenAnswer(o, class, status, &info)
-			} else {
-				v = p.brokenAnswer(o, class, status, nil)
-			}
+		switch class {
+		case ClassNone:
+		case ClassErrorBody:
+			info := ExtractError(parser, o.Body)
+			v := p.errorBody(o, status, &info)
 			parsers.Put(parser)
 			return v
+		default:
+			parsers.Put(parser)
+			return p.emptyAnswer(o, class)
 		}
 		parsers.Put(parser)
 	}
@@ -135,21 +145,32 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 	return Verdict{Class: ClassNone, Action: ActionCommit, Health: HealthSuccess, Reason: ReasonOK, Status: o.Status}
 }
 
-// brokenAnswer handles a 200 (or a stream) that carried no real answer: it is an error with
-// the given status and goes through the same rules as an upstream error.
-func (p *Policy) brokenAnswer(o *Outcome, class Class, status int, info *ErrorInfo) Verdict {
-	var empty ErrorInfo
-	if info == nil {
-		info = &empty
-	}
+// errorBody handles a 200 whose body is an error document: it is an error with the status it
+// carries (else 502) and goes through the same rules as an upstream error.
+func (p *Policy) errorBody(o *Outcome, status int, info *ErrorInfo) Verdict {
 	v := p.errorStatus(o, status, info, o.Body)
 	if v.Class == ClassServerError || v.Class == ClassClientError {
-		v.Class = class
+		v.Class = ClassErrorBody
 	}
 	if v.Reason == ReasonRetryableStatus {
 		v.Reason = ReasonEmpty
 	}
 	return v
+}
+
+// emptyAnswer handles a 200 or a stream that carried no answer at all (class empty_response or
+// no_choices). The client would get a 502 of the sidecar's own, so stop rules hold for it as for
+// any 502. But FAILOVER_RETRY_ON_STATUSES names statuses upstreams send, and this one no upstream
+// sent: like an attempt without an answer (rule 5), it is recoverable whatever the list says
+// (SPEC section 6: an empty stream is retryable), transient and a health failure, as a 5xx is.
+func (p *Policy) emptyAnswer(o *Outcome, class Class) Verdict {
+	v := Verdict{Class: class, Health: HealthFailure, Reason: ReasonEmpty, Status: 502}
+	if p.matchStop(v.Status, o.Body) {
+		v.Action, v.Reason = ActionStop, ReasonStopRule
+		return v
+	}
+	v.Transient = true
+	return p.recoverable(o, v)
 }
 
 // errorStatus decides an error answer with this status (steps 3, 5a, 6, 7 and 8).

@@ -47,6 +47,8 @@ func TestDecide(t *testing.T) {
 	patternOnly := NewPolicy(Config{}, []Rule{{Pattern: regexp.MustCompile(`do-not-retry`)}}, nil, 10*time.Second)
 	custom := NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "503"), RetryOnErrors: mustPhrases(t, "none")}, nil, nil, 10*time.Second)
 	phrase404 := NewPolicy(Config{RetryOnErrors: mustPhrases(t, "404 capacity")}, nil, nil, 10*time.Second)
+	redirects := NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "307,429,5xx")}, []Rule{{Pattern: regexp.MustCompile(`moved`)}}, nil, 10*time.Second)
+	stop5xx := NewPolicy(Config{}, []Rule{{Statuses: mustStatuses(t, "5xx")}}, nil, 10*time.Second)
 
 	tests := []struct {
 		name   string
@@ -111,6 +113,18 @@ func TestDecide(t *testing.T) {
 		{"oversize 503 is still an error", nil, Outcome{Status: 503, Body: []byte(`<html>`), Truncated: true}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
 		{"image commits at headers", withRules, Outcome{Status: 200, Image: true, Truncated: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
 		{"302 commits unchanged", nil, Outcome{Status: 302}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 302},
+		{"listed 307 transfers", redirects, Outcome{Status: 307, Body: []byte(`{"moved":true}`)}, ClassRedirect, ActionTransfer, HealthNone, ReasonRetryableStatus, 307},
+		{"listed 307 never retries the same target", redirects, Outcome{Status: 307, RetriesLeft: true}, ClassRedirect, ActionTransfer, HealthNone, ReasonRetryableStatus, 307},
+		{"listed 3xx class transfers", NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "3xx")}, nil, nil, 10*time.Second), Outcome{Status: 302}, ClassRedirect, ActionTransfer, HealthNone, ReasonRetryableStatus, 302},
+		{"unlisted 302 commits beside a listed 307", redirects, Outcome{Status: 302, Body: []byte(`moved`)}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 302},
+		{"empty stream transfers whatever the status list", custom, Outcome{Kind: KindStreamEmpty}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"empty stream retries whatever the status list", custom, Outcome{Kind: KindStreamEmpty, RetriesLeft: true}, ClassEmptyResponse, ActionRetry, HealthFailure, ReasonEmpty, 502},
+		{"empty 200 transfers whatever the status list", custom, Outcome{Status: 200, Body: nil, Chat: true}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"empty choices transfer whatever the status list", custom, Outcome{Status: 200, Body: []byte(`{"choices":[]}`), Chat: true}, ClassNoChoices, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"empty stream is recoverable with no status listed", NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "none")}, nil, nil, 10*time.Second), Outcome{Kind: KindStreamEmpty}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
+		{"stop rule on 5xx stops an empty stream", stop5xx, Outcome{Kind: KindStreamEmpty}, ClassEmptyResponse, ActionStop, HealthFailure, ReasonStopRule, 502},
+		{"stop rule on 5xx stops an empty 200", stop5xx, Outcome{Status: 200, Body: []byte(" ")}, ClassEmptyResponse, ActionStop, HealthFailure, ReasonStopRule, 502},
+		{"200 with error object follows the status list", custom, Outcome{Status: 200, Body: []byte(`{"error":{"message":"boom","code":500}}`)}, ClassErrorBody, ActionStop, HealthFailure, ReasonNotRetryable, 500},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,6 +217,7 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		"stream error": {Kind: KindStreamError, Body: []byte(anthropicOver)},
 		"fake 200":     {Status: 200, Body: []byte(`{"error":{"message":"x","code":500}}`)},
 		"transport":    {Kind: KindTransport, Transport: TransportReset},
+		"empty stream": {Kind: KindStreamEmpty},
 	}
 	for name, o := range cases {
 		p.Decide(&o) // warm the parser pool and the regexp machines

@@ -55,6 +55,7 @@ const (
 	ClassAuth                       // 401 or 403
 	ClassServerError                // 5xx
 	ClassClientError                // other 4xx
+	ClassRedirect                   // 3xx listed in FAILOVER_RETRY_ON_STATUSES
 	ClassEmptyResponse              // 200 with an empty body, or a stream without content
 	ClassErrorBody                  // 200 whose body is an error
 	ClassNoChoices                  // chat completion with "choices": []
@@ -66,7 +67,7 @@ const (
 
 var classNames = [NumClasses]string{
 	"ok", "refused", "reset", "dns", "tls", "timeout", "network", "rate_limited", "quota", "auth",
-	"server_error", "client_error", "empty_response", "error_body", "no_choices", "success_rule",
+	"server_error", "client_error", "redirect", "empty_response", "error_body", "no_choices", "success_rule",
 	"cancelled", "interrupted",
 }
 

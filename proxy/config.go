@@ -94,7 +94,7 @@ type TargetConfig struct {
 	Models     string `env:"MODELS"`
 	Paths      string `env:"PATHS"`
 	Weight     int    `env:"WEIGHT" envDefault:"1"`
-	Retries    int    `env:"RETRIES" envDefault:"-1"` // -1: FAILOVER_SAME_TARGET_RETRIES
+	Retries    int    `env:"RETRIES"` // unset: FAILOVER_SAME_TARGET_RETRIES (filled in by Load)
 }
 
 // ruleConfig is one FAILOVER_STOP_RULE_<i>_* or FAILOVER_SUCCESS_RULE_<i>_* group.
@@ -447,10 +447,12 @@ func (l *loader) validateServer(s *ServerConfig) {
 			l.problem("%s: must be host:port or :port", l.shown(envPrefix+v.name))
 		}
 	}
-	if !contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(s.LogLevel)) {
+	// Accepted in any case, kept in lower case: main and -check compare and print these values.
+	s.LogLevel, s.LogFormat = strings.ToLower(s.LogLevel), strings.ToLower(s.LogFormat)
+	if !contains([]string{"debug", "info", "warn", "error"}, s.LogLevel) {
 		l.problem("%s: must be debug, info, warn or error", l.shown(envPrefix+"LOG_LEVEL"))
 	}
-	if !contains([]string{"auto", "text", "json"}, strings.ToLower(s.LogFormat)) {
+	if !contains([]string{"auto", "text", "json"}, s.LogFormat) {
 		l.problem("%s: must be auto, text or json", l.shown(envPrefix+"LOG_FORMAT"))
 	}
 	if !contains(strategies, s.Strategy) {
@@ -531,11 +533,13 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		if t.Weight < 0 || t.Weight > 1000 {
 			l.problem("%s: must be in 0-1000", l.shown(p+"WEIGHT"))
 		}
-		if t.Retries < -1 {
-			l.problem("%s: must be >= 0", l.shown(p+"RETRIES"))
-		}
-		if t.Retries == -1 {
+		// Whether the variable is set, not a sentinel value, says whether the target inherits:
+		// a sentinel would let that one negative value through. Empty counts as unset, as it
+		// does for every variable with a default.
+		if l.vars[p+"RETRIES"] == "" {
 			t.Retries = c.Budget.SameTargetRetries
+		} else if t.Retries < 0 {
+			l.problem("%s: must be >= 0", l.shown(p+"RETRIES"))
 		}
 		if t.Name != "" {
 			if !validName(t.Name) {
@@ -661,14 +665,23 @@ func (c *Config) Describe() string {
 	bc := &c.Budget
 	line("FAILOVER_ENABLED=%t  FAILOVER_MAX_ATTEMPTS=%d  FAILOVER_MAX_ELAPSED=%s", bc.Enabled, bc.MaxAttempts, bc.MaxElapsed)
 	line("FAILOVER_SAME_TARGET_RETRIES=%d  FAILOVER_BACKOFF_BASE=%s  FAILOVER_BACKOFF_MAX=%s  FAILOVER_RETRY_AFTER_MAX=%s",
-		bc.SameTargetRetries, bc.BackoffBase, bc.BackoffMax, bc.RetryAfterMax)
+		bc.SameTargetRetries, bc.BackoffBase, capText(bc.BackoffMax), bc.RetryAfterMax)
 	line("FAILOVER_CONNECT_TIMEOUT=%s  FAILOVER_FIRST_BYTE_TIMEOUT=%s  FAILOVER_IDLE_TIMEOUT=%s  FAILOVER_ATTEMPT_TIMEOUT=%s",
 		s.ConnectTimeout, s.FirstByteTimeout, s.IdleTimeout, s.AttemptTimeout)
 	line("FAILOVER_PEEK_BYTES=%s", s.PeekBytes)
-	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s", bc.EjectAfter, bc.EjectBase, bc.EjectMax)
+	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s", bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax))
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
 	for _, l := range classify.NewPolicy(c.Classify, c.StopRules, c.SuccessRules, bc.RetryAfterMax).Describe() {
 		line("%s", l)
 	}
 	return b.String()
+}
+
+// capText renders a cap for -check. A bare "0s" would read as "capped at nothing" where it
+// means the opposite (SPEC section 3: 0 disables a limit).
+func capText(d time.Duration) string {
+	if d == 0 {
+		return "<no cap>"
+	}
+	return d.String()
 }

@@ -66,6 +66,67 @@ func TestLoadTargets(t *testing.T) {
 	}
 }
 
+func TestLoadTargetRetries(t *testing.T) {
+	tests := []struct {
+		name  string
+		value string // FAILOVER_TARGET_0_RETRIES; "unset" leaves it out
+		want  int
+	}{
+		{"unset inherits FAILOVER_SAME_TARGET_RETRIES", "unset", 2},
+		{"empty inherits FAILOVER_SAME_TARGET_RETRIES", "", 2},
+		{"0 overrides", "0", 0},
+		{"a count overrides", "5", 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			environ := []string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_SAME_TARGET_RETRIES=2"}
+			if tc.value != "unset" {
+				environ = append(environ, "FAILOVER_TARGET_0_RETRIES="+tc.value)
+			}
+			c, err := Load(environ, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Targets[0].Retries; got != tc.want {
+				t.Errorf("Retries = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadZeroCapsAreNoCap: SPEC section 3, "0 disables a limit", also for the two caps, and
+// -check says so rather than printing a cap of 0s.
+func TestLoadZeroCapsAreNoCap(t *testing.T) {
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_BACKOFF_MAX=0", "FAILOVER_EJECT_MAX=0"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Budget.BackoffMax != 0 || c.Budget.EjectMax != 0 {
+		t.Errorf("BackoffMax %v, EjectMax %v; want 0, 0", c.Budget.BackoffMax, c.Budget.EjectMax)
+	}
+	d := c.Describe()
+	for _, want := range []string{"FAILOVER_BACKOFF_MAX=<no cap>", "FAILOVER_EJECT_MAX=<no cap>"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("Describe lacks %q:\n%s", want, d)
+		}
+	}
+}
+
+// TestLoadLowerCasesLogSettings: the log settings are accepted in any case, and whoever reads
+// the Config (main picks the handler by comparing them) sees them in lower case.
+func TestLoadLowerCasesLogSettings(t *testing.T) {
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_LOG_LEVEL=DEBUG", "FAILOVER_LOG_FORMAT=Text"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.LogLevel != "debug" || c.Server.LogFormat != "text" {
+		t.Errorf("LogLevel %q, LogFormat %q; want debug, text", c.Server.LogLevel, c.Server.LogFormat)
+	}
+	if d := c.Describe(); !strings.Contains(d, "FAILOVER_LOG_LEVEL=debug  FAILOVER_LOG_FORMAT=text\n") {
+		t.Errorf("Describe:\n%s", d)
+	}
+}
+
 func TestLoadReportsEveryProblem(t *testing.T) {
 	longPattern := strings.Repeat("a", 4097)
 	tests := []struct {
@@ -105,9 +166,12 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{"duplicate names", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_NAME=x", "FAILOVER_TARGET_1_URL=http://b/v1", "FAILOVER_TARGET_1_NAME=x"}, []string{"FAILOVER_TARGET_1_NAME=\"x\": the name is already used"}},
 		{"bad strategy", []string{"FAILOVER_STRATEGY=random"}, []string{"FAILOVER_STRATEGY=\"random\"", "failover, round-robin, sticky, least-latency"}},
 		{"bad log level", []string{"FAILOVER_LOG_LEVEL=verbose"}, []string{"FAILOVER_LOG_LEVEL=\"verbose\""}},
+		{"bad log format shows the value as set", []string{"FAILOVER_LOG_FORMAT=YAML"}, []string{"FAILOVER_LOG_FORMAT=\"YAML\": must be auto, text or json"}},
 		{"bad listen", []string{"FAILOVER_LISTEN=4000"}, []string{"FAILOVER_LISTEN=\"4000\": must be host:port"}},
 		{"negative values", []string{"FAILOVER_MAX_INFLIGHT=-1", "FAILOVER_IDLE_TIMEOUT=-1s", "FAILOVER_EJECT_AFTER=-2"}, []string{"FAILOVER_MAX_INFLIGHT", "FAILOVER_IDLE_TIMEOUT", "FAILOVER_EJECT_AFTER"}},
 		{"backoff max below base", []string{"FAILOVER_BACKOFF_BASE=2s", "FAILOVER_BACKOFF_MAX=1s"}, []string{"FAILOVER_BACKOFF_MAX"}},
+		{"target retries -1", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_RETRIES=-1"}, []string{`FAILOVER_TARGET_0_RETRIES="-1": must be >= 0`}},
+		{"negative target retries", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_RETRIES=-3"}, []string{`FAILOVER_TARGET_0_RETRIES="-3": must be >= 0`}},
 		{"zero weights for round-robin", []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_WEIGHT=0"}, []string{"every weight is 0"}},
 	}
 	for _, tc := range tests {

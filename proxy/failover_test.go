@@ -79,6 +79,13 @@ func TestTransferAndStop(t *testing.T) {
 		{name: "200 with an empty body transfers", first: pt.JSON(200, ""), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
 		{name: "200 with an error object transfers", first: pt.JSON(200, `{"error":{"message":"upstream overloaded","code":503}}`), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
 		{name: "200 with no choices transfers", first: pt.JSON(200, `{"id":"x","object":"chat.completion","choices":[]}`), wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "listed 307 transfers", first: pt.JSON(307, `{"moved":true}`), extra: []string{"FAILOVER_RETRY_ON_STATUSES=307,429,5xx"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "unlisted 307 is returned unchanged", first: pt.JSON(307, `{"moved":true}`), wantStatus: 307, wantBody: `{"moved":true}`, secondCalls: 0},
+		{name: "200 with an empty body transfers whatever the status list", first: pt.JSON(200, ""), extra: []string{"FAILOVER_RETRY_ON_STATUSES=429,503"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
+		{name: "200 with no choices transfers whatever the status list", first: pt.JSON(200, `{"id":"x","object":"chat.completion","choices":[]}`), extra: []string{"FAILOVER_RETRY_ON_STATUSES=429,503"},
+			wantStatus: 200, wantBody: pt.ChatCompletion("second"), secondCalls: 1},
 		{name: "disabled failover returns the first answer", first: pt.JSON(503, pt.OpenAIError("busy", "server_error", "")), extra: []string{"FAILOVER_ENABLED=false"},
 			wantStatus: 503, wantBody: pt.OpenAIError("busy", "server_error", ""), secondCalls: 0},
 	}

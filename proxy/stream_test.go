@@ -65,6 +65,8 @@ func TestStreamBeforeCommit(t *testing.T) {
 		{"error split across reads transfers", pt.SSE(pt.Chunk{Data: pt.ChatRole + "data: {\"err"}, pt.Chunk{Data: "or\":{\"message\":\"overloaded\",\"code\":503}}\n\n", Delay: 20 * time.Millisecond}), nil, "stream_candidate_retry_scheduled"},
 		{"empty stream transfers", pt.SSE(pt.Events(0, pt.ChatRole)...), nil, "stream_candidate_retry_scheduled"},
 		{"[DONE]-only stream transfers", pt.SSE(pt.Events(0, pt.Done)...), nil, "stream_candidate_retry_scheduled"},
+		{"empty stream transfers whatever the status list", pt.SSE(pt.Events(0, pt.ChatRole, pt.Done)...),
+			[]string{"FAILOVER_RETRY_ON_STATUSES=429,503"}, "stream_candidate_retry_scheduled"},
 		{"first-byte timeout transfers", pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
 			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_transport_retry_scheduled"},
 		{"headers never coming transfers on first-byte timeout", pt.Step{Fault: pt.FaultStall}, []string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_transport_retry_scheduled"},
