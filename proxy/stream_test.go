@@ -161,6 +161,9 @@ func TestStreamPeekLimitCommits(t *testing.T) {
 	if !strings.HasPrefix(string(r.Body), events[0]) || !strings.Contains(string(r.Body), "late failure") {
 		t.Fatalf("body %q", r.Body)
 	}
+	if r.Err == nil {
+		t.Errorf("the body ended cleanly after the upstream's error event")
+	}
 	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
 		t.Errorf("peek_limit commit not counted:\n%s", m)
 	}
@@ -186,8 +189,9 @@ func TestStreamPeekLimitCommitsWithinOneRead(t *testing.T) {
 	if !strings.HasPrefix(string(r.Body), all) {
 		t.Fatalf("the client did not get the upstream's bytes: body %q", r.Body)
 	}
-	if !strings.Contains(string(r.Body), `"code":"stream_interrupted"`) || r.Err == nil {
-		t.Errorf("the stream ended without its terminal event but not as interrupted: err %v, body %q", r.Err, r.Body)
+	// The upstream's own error event reached the client: no second one, and the body is aborted.
+	if r.Err == nil || strings.Contains(string(r.Body), `"code":"stream_interrupted"`) {
+		t.Errorf("want the upstream's error alone and an aborted body: err %v, body %q", r.Err, r.Body)
 	}
 	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
 		t.Errorf("peek_limit commit not counted:\n%s", m)
