@@ -353,6 +353,14 @@ func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
 	if rec["model"] != "gpt-4o" || rec["served_model"] != "claude-sonnet-4" {
 		t.Errorf("ledger %v", rec)
 	}
+	// Without substitution the served model is the requested one, and no header says so.
+	plain := start(t, targets(b.URL)...)
+	if r := plain.Post("/chat/completions", chatBody); r.Header.Get("X-Failover-Model") != "" {
+		t.Errorf("X-Failover-Model %q without a substitution", r.Header.Get("X-Failover-Model"))
+	}
+	if rec := plain.Ledger()[0]; rec["model"] == nil || rec["served_model"] != rec["model"] {
+		t.Errorf("model %v, served_model %v: want the requested model served", rec["model"], rec["served_model"])
+	}
 }
 
 func TestLargeBodyIsReplayedIdentical(t *testing.T) {

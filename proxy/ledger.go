@@ -202,9 +202,9 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 		b = append(b, `,"model":`...)
 		b = appendJSONStr(b, b2s(ex.logModel()))
 	}
-	if ex.servedModel != nil {
+	if m := ex.logServedModel(); m != nil {
 		b = append(b, `,"served_model":`...)
-		b = appendJSONStr(b, b2s(ex.servedModel))
+		b = appendJSONStr(b, b2s(m))
 	}
 	if ex.servedBy != nil {
 		b = append(b, `,"target":`...)
@@ -232,8 +232,8 @@ func (r *requestRecord) LogValue() slog.Value {
 	if len(ex.model) > 0 {
 		attrs = append(attrs, slog.String("model", string(ex.logModel())))
 	}
-	if ex.servedModel != nil {
-		attrs = append(attrs, slog.String("served_model", string(ex.servedModel)))
+	if m := ex.logServedModel(); m != nil {
+		attrs = append(attrs, slog.String("served_model", string(m)))
 	}
 	if ex.servedBy != nil {
 		attrs = append(attrs, slog.String("target", ex.servedBy.Name))
@@ -276,6 +276,19 @@ func (ex *exchange) logModel() []byte {
 		m = m[:128]
 	}
 	return m
+}
+
+// logServedModel is the model the answer was produced for (SPEC section 8: requested and
+// served model): the one substituted by _MODEL, else the requested one; nil when no target
+// answered or the request named no model.
+func (ex *exchange) logServedModel() []byte {
+	switch {
+	case ex.servedModel != nil:
+		return ex.servedModel
+	case ex.servedBy != nil && len(ex.model) > 0:
+		return ex.logModel()
+	}
+	return nil
 }
 
 // b2s views b as a string without copying; the string must not outlive b's contents.
