@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -44,9 +45,10 @@ func (l clientListener) Accept() (net.Conn, error) {
 type clientConn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
-	sock  rawSocket  // every other read and write
-	ahead *readAhead // bytes read but not yet returned; nil when none
-	rset  time.Time  // the read deadline on the socket (zero: none)
+	sock  rawSocket   // every other read and write
+	ahead *readAhead  // bytes read but not yet returned; nil when none
+	rset  time.Time   // the read deadline on the socket (zero: none)
+	idle  atomic.Bool // waiting for a request's first byte (read by Server.closeIdleHandedBack)
 
 	// The read-ahead's RawConn callback, made once (a closure per read would allocate), and
 	// what it reports.
@@ -85,7 +87,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
+	c.idle.Store(true)
 	err := c.raw.Read(c.readFn)
+	c.idle.Store(false)
 	a, n, rerr := c.got, c.n, c.rerr
 	c.got, c.rerr = nil, nil
 	switch {

@@ -256,8 +256,17 @@ func (ex *exchange) serveStream(c net.Conn) {
 	p.end(clientLeft) // the exchange goes back to the pool here
 	if keepAlive && !s.closing.Load() {
 		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
-		s.proxy.ServeConn(c)            //nolint:errcheck // the connection's own end: nothing to report
-		return
+		cc, _ := w.(*clientConn)
+		if cc != nil {
+			// Listed before closing is looked at again: a shutdown that began meanwhile either
+			// is seen here or finds the connection in the list (Server.closeIdleHandedBack).
+			s.handedBack.Store(cc, nil)
+			defer s.handedBack.Delete(cc)
+		}
+		if !s.closing.Load() {
+			s.proxy.ServeConn(c) //nolint:errcheck // the connection's own end: nothing to report
+			return
+		}
 	}
 	c.Close()
 }

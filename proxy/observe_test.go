@@ -1,7 +1,10 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -221,6 +224,46 @@ func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("shutdown did not return after the stream finished")
+	}
+}
+
+// A connection a clean stream gave back to the server and that now waits for its next request
+// is closed at shutdown like any idle keep-alive connection: the drain does not wait for
+// fasthttp's 5 s grace for connections it was handed.
+func TestShutdownClosesAnIdleConnectionAfterAStream(t *testing.T) {
+	up := upstream(t, pt.SSE(pt.ChatStream(0, "one", "two")...))
+	s := start(t, targets(up.URL)...)
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+		fmt.Sprint(len(streamBody)) + "\r\n\r\n" + streamBody
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := io.ReadAll(resp.Body); err != nil || !strings.HasSuffix(string(body), pt.Done) {
+		t.Fatalf("stream: %v %q", err, body)
+	}
+	s.WaitLedger(1) // the stream has ended: the connection is back with the server, idle
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	begin := time.Now()
+	s.Srv.Shutdown(ctx)
+	// fasthttp alone would take 5 s; this bound leaves room for a slow machine.
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with one idle connection after a stream", took)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the idle connection is still open after shutdown")
 	}
 }
 

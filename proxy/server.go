@@ -58,7 +58,10 @@ type Server struct {
 	pool    sync.Pool // *exchange
 	active  sync.WaitGroup
 	closing atomic.Bool // shutdown began: not ready, no new attempts after the current ones
-	abort   atomic.Bool // the shutdown timeout passed: end what remains
+	// handedBack holds the client connections a clean stream gave back to the server
+	// (*clientConn, while ServeConn serves them): Shutdown closes those that wait idle.
+	handedBack sync.Map
+	abort      atomic.Bool // the shutdown timeout passed: end what remains
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -163,6 +166,23 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.active.Wait()
 		close(done)
 	}()
+	// fasthttp closes an idle keep-alive connection at shutdown, but counts one it was handed
+	// with ServeConn (after a stream) as idle only 5 s after the handover: those are closed
+	// here while they wait for a request, until the drain is over.
+	stopIdle := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s.closeIdleHandedBack()
+			select {
+			case <-stopIdle:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer close(stopIdle)
 	var wg sync.WaitGroup
 	for _, srv := range []*fasthttp.Server{s.proxy} {
 		wg.Add(1)
@@ -185,6 +205,18 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, t := range s.targets {
 		t.pool.closeIdle()
 	}
+}
+
+// closeIdleHandedBack closes the connections given back after a stream that are waiting for
+// their next request. One whose request arrives at the same moment is lost, as with fasthttp's
+// own closing of idle connections; the client sees a closed keep-alive connection and retries.
+func (s *Server) closeIdleHandedBack() {
+	s.handedBack.Range(func(k, _ any) bool {
+		if c := k.(*clientConn); c.idle.Load() {
+			c.Close()
+		}
+		return true
+	})
 }
 
 // Ready reports whether at least one target is not ejected (SPEC section 2), and the server
