@@ -334,7 +334,7 @@ func (l *loader) checkNames() map[string][]bool {
 			}
 			continue
 		}
-		l.problem("%s: unknown variable%s", k, didYouMean(k, knownNames(), ""))
+		l.problem("%s: unknown variable%s", k, didYouMean(k, append(knownNames(), indexedNames(k)...), ""))
 	}
 	present := map[string][]bool{}
 	for group, idx := range seen {
@@ -366,6 +366,23 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// indexedNames lists the indexed variables at the index written in name (its first run of
+// digits, else 0), so that a typo in a group's name (FAILOVER_TARGETS_0_URL) gets a hint too.
+func indexedNames(name string) []string {
+	idx := regexp.MustCompile(`[0-9]+`).FindString(name)
+	if idx == "" {
+		idx = "0"
+	}
+	var names []string
+	for group, g := range groups {
+		for _, f := range g.fields {
+			names = append(names, fmt.Sprintf("FAILOVER_%s_%s_%s", group, idx, f))
+		}
+	}
+	sort.Strings(names) // map order must not pick between equally close names
+	return names
+}
+
 // didYouMean suggests the closest known name when it is close enough to be a typo.
 func didYouMean(name string, candidates []string, prefix string) string {
 	best, bestD := "", 1<<30
@@ -380,7 +397,10 @@ func didYouMean(name string, candidates []string, prefix string) string {
 	return fmt.Sprintf(" (did you mean %s%s?)", prefix, best)
 }
 
+// editDistance counts the insertions, deletions, substitutions and swaps of two neighbouring
+// letters (the commonest typo: MODLES for MODELS) that turn a into b.
 func editDistance(a, b string) int {
+	pprev := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -394,8 +414,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], pprev[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		pprev, prev, cur = prev, cur, pprev
 	}
 	return prev[len(b)]
 }

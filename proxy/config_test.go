@@ -136,6 +136,8 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	}{
 		{"unknown variable with a hint", []string{"FAILOVER_RETRY_ON_STATUS=5xx"}, []string{"FAILOVER_RETRY_ON_STATUS: unknown variable", "did you mean FAILOVER_RETRY_ON_STATUSES"}},
 		{"unknown target field with a hint", []string{"FAILOVER_TARGET_0_APIKEY=x"}, []string{"FAILOVER_TARGET_0_APIKEY: unknown variable", "did you mean FAILOVER_TARGET_0_API_KEY"}},
+		{"swapped letters in a target field", []string{"FAILOVER_TARGET_0_MODLES=gpt-4o"}, []string{"FAILOVER_TARGET_0_MODLES: unknown variable", "did you mean FAILOVER_TARGET_0_MODELS?"}},
+		{"a typo in a group's name", []string{"FAILOVER_TARGETS_1_URL=https://x.example/v1"}, []string{"FAILOVER_TARGETS_1_URL: unknown variable", "did you mean FAILOVER_TARGET_1_URL?"}},
 		{"gap in targets", []string{"FAILOVER_TARGET_2_URL=http://c/v1"}, []string{"FAILOVER_TARGET_<i>: indices must be contiguous from 0; missing 0, 1"}},
 		{"gap in rules", []string{"FAILOVER_STOP_RULE_1_STATUSES=400"}, []string{"FAILOVER_STOP_RULE_<i>: indices must be contiguous from 0; missing 0"}},
 		{"leading zero index", []string{"FAILOVER_TARGET_01_URL=http://c/v1"}, []string{"FAILOVER_TARGET_01_URL: the index \"01\" must be written without leading zeros"}},
