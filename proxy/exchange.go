@@ -186,7 +186,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
 	ex.model = append(ex.model[:0], ex.fields.model...)
-	ex.streaming = ex.fields.stream || bytes.Contains(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
+	ex.streaming = ex.fields.stream || containsFold(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
 	} else {
@@ -911,4 +911,15 @@ var setUpstream = [][]byte{[]byte("Host"), []byte("Content-Length"), headerAccep
 // eqFold is a case-insensitive comparison of two ASCII header names.
 func eqFold(a, b []byte) bool {
 	return len(a) == len(b) && bytes.EqualFold(a, b)
+}
+
+// containsFold reports whether s contains the lower-case ASCII word sub in any case (media
+// types are case-insensitive: Accept: Text/Event-Stream asks for a stream too).
+func containsFold(s, sub []byte) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if bytes.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -106,6 +106,20 @@ func TestStreamBeforeCommit(t *testing.T) {
 	}
 }
 
+// Accept: text/event-stream makes a request streaming whatever its body says, in any case (media
+// types are case-insensitive).
+func TestStreamingByAcceptHeader(t *testing.T) {
+	up := upstream(t, pt.SSE(pt.ChatStream(0, "hi")...), pt.SSE(pt.ChatStream(0, "hi")...), pt.JSON(200, pt.ChatCompletion("hi")))
+	s := start(t, targets(up.URL)...)
+	for i, accept := range []string{"text/event-stream", "Text/Event-Stream", "application/json"} {
+		s.Post("/chat/completions", chatBody, "Accept: "+accept)
+		rec := s.WaitLedger(i + 1)[i]
+		if want := i < 2; rec["stream"] != want {
+			t.Errorf("Accept: %s: stream %v, want %v", accept, rec["stream"], want)
+		}
+	}
+}
+
 // When a success rule matches the stream of every candidate, the last one is still the answer:
 // it is committed and piped like any stream, and the ledger says so.
 func TestStreamSuccessRuleOnEveryCandidate(t *testing.T) {
