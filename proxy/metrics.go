@@ -86,6 +86,10 @@ type targetMetrics struct {
 }
 
 func newServerMetrics(targets []*Target) *serverMetrics {
+	// # HELP and # TYPE lines: Prometheus keeps the types (its metadata API, Grafana's metric
+	// browser), and a histogram is then one histogram rather than three untyped series.
+	// A process-wide switch of the library; only the scrape writes more.
+	metrics.ExposeMetadata(true)
 	m := &serverMetrics{set: metrics.NewSet()}
 	for f := range numFamilies {
 		for o := range numOutcomes {

@@ -267,6 +267,32 @@ func TestShutdownClosesAnIdleConnectionAfterAStream(t *testing.T) {
 	}
 }
 
+// /metrics types every family once (# TYPE), as the README's metrics table lists them.
+func TestMetricsPageTypesEveryFamily(t *testing.T) {
+	s := start(t, targets(upstream(t).URL)...)
+	page := s.ScrapeMetrics()
+	types := map[string]string{}
+	for _, line := range strings.Split(page, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			if _, dup := types[f[2]]; dup {
+				t.Errorf("%s is typed twice", f[2])
+			}
+			types[f[2]] = f[3]
+		}
+	}
+	for name, want := range map[string]string{
+		"failover_requests_total": "counter", "failover_attempts_total": "counter",
+		"failover_upstream_first_byte_seconds": "histogram", "failover_request_duration_seconds": "histogram",
+		"failover_overhead_seconds": "histogram", "failover_inflight_requests": "gauge", "failover_target_up": "gauge",
+		"failover_target_ejections_total": "counter", "failover_stream_commits_total": "counter",
+		"failover_budget_exhausted_total": "counter", "failover_empty_responses_total": "counter",
+	} {
+		if types[name] != want {
+			t.Errorf("%s: # TYPE %q, want %q", name, types[name], want)
+		}
+	}
+}
+
 func TestOverheadExcludesUpstreamTime(t *testing.T) {
 	const upstreamTime = 300 * time.Millisecond
 	slow := pt.JSON(200, pt.ChatCompletion("slow"))
