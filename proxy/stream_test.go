@@ -159,56 +159,37 @@ func TestStreamStopRuleOnAnInStreamError(t *testing.T) {
 
 func TestStreamPeekLimitCommits(t *testing.T) {
 	// Opening events only, more than the peek limit: the stream commits (no unbounded
-	// buffering), so the error that follows is after commit and reaches the client.
-	var events []string
-	for range 40 {
-		events = append(events, ": keep-alive padding padding padding padding padding\n\n")
-	}
-	events = append(events, pt.ChatError("late failure", "server_error", "server_error"))
-	a := upstream(t, pt.SSE(pt.Events(0, events...)...))
-	b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
-	r := s.Post("/chat/completions", streamBody)
-	if r.Status != 200 || b.Calls() != 0 {
-		t.Fatalf("status %d, second called %d times", r.Status, b.Calls())
-	}
-	if !strings.HasPrefix(string(r.Body), events[0]) || !strings.Contains(string(r.Body), "late failure") {
-		t.Fatalf("body %q", r.Body)
-	}
-	if r.Err == nil {
-		t.Errorf("the body ended cleanly after the upstream's error event")
-	}
-	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
-		t.Errorf("peek_limit commit not counted:\n%s", m)
-	}
-}
-
-func TestStreamPeekLimitCommitsWithinOneRead(t *testing.T) {
-	// The same bytes as TestStreamPeekLimitCommits in one write: the opening events pass the
-	// peek limit before the error event ends, so the stream commits at the limit however the
-	// bytes were read, and the error is after commit.
+	// buffering), so the error that follows is after commit and reaches the client: the
+	// upstream's own error event, no second one, and an aborted body. The same whether the
+	// events arrive one per read or all in one read (the limit holds within a read).
 	var events []string
 	for range 40 {
 		events = append(events, ": keep-alive padding padding padding padding padding\n\n")
 	}
 	events = append(events, pt.ChatError("late failure", "server_error", "server_error"))
 	all := strings.Join(events, "")
-	a := upstream(t, pt.SSE(pt.Chunk{Data: all}))
-	b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
-	r := s.Post("/chat/completions", streamBody)
-	if r.Status != 200 || b.Calls() != 0 {
-		t.Fatalf("status %d, second called %d times, body %q", r.Status, b.Calls(), r.Body)
-	}
-	if !strings.HasPrefix(string(r.Body), all) {
-		t.Fatalf("the client did not get the upstream's bytes: body %q", r.Body)
-	}
-	// The upstream's own error event reached the client: no second one, and the body is aborted.
-	if r.Err == nil || strings.Contains(string(r.Body), `"code":"stream_interrupted"`) {
-		t.Errorf("want the upstream's error alone and an aborted body: err %v, body %q", r.Err, r.Body)
-	}
-	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
-		t.Errorf("peek_limit commit not counted:\n%s", m)
+	for name, step := range map[string]pt.Step{
+		"one event per read": pt.SSE(pt.Events(0, events...)...),
+		"all in one read":    pt.SSE(pt.Chunk{Data: all}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := upstream(t, step)
+			b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
+			s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
+			r := s.Post("/chat/completions", streamBody)
+			if r.Status != 200 || b.Calls() != 0 {
+				t.Fatalf("status %d, second called %d times, body %q", r.Status, b.Calls(), r.Body)
+			}
+			if !strings.HasPrefix(string(r.Body), all) {
+				t.Fatalf("the client did not get the upstream's bytes: body %q", r.Body)
+			}
+			if r.Err == nil || strings.Contains(string(r.Body), `"code":"stream_interrupted"`) {
+				t.Errorf("want the upstream's error alone and an aborted body: err %v, body %q", r.Err, r.Body)
+			}
+			if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="peek_limit"} 1`) {
+				t.Errorf("peek_limit commit not counted:\n%s", m)
+			}
+		})
 	}
 }
 
