@@ -149,12 +149,12 @@ func scanErrorShape(b []byte) bool {
 }
 
 // copyResponseHeaders copies the upstream's response headers to the client, minus hop-by-hop
-// headers (and those its Connection header names).
+// headers (and those its Connection lines name) and the upstream's X-Failover-*.
 func (ex *exchange) copyResponseHeaders() {
 	up := &ex.upResp.Header
 	h := &ex.ctx.Response.Header
 	up.CopyTo(h)
-	dropHopByHop(h, up.PeekBytes(headerConnection))
+	dropHopByHop(h, up.PeekAll(stringConnection))
 	h.ResetConnectionClose()
 }
 

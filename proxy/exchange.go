@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -106,7 +107,6 @@ var (
 	headerAttempts      = []byte("X-Failover-Attempts")
 	headerModel         = []byte("X-Failover-Model")
 	headerAcceptEnc     = []byte("Accept-Encoding")
-	headerConnection    = []byte("Connection")
 	headerRetryAfter    = []byte("Retry-After")
 	headerRetryAfterMs  = []byte("Retry-After-Ms")
 	headerAccept        = []byte("Accept")
@@ -114,6 +114,9 @@ var (
 	valueEventStream    = []byte("text/event-stream")
 	prefixFailover      = []byte("x-failover-")
 )
+
+// stringConnection names the Connection header for PeekAll, which takes a string.
+const stringConnection = "Connection"
 
 // hopByHop are the headers that describe one connection, not the message (RFC 9110 section
 // 7.6.1): a proxy must not forward them. Tokens named in Connection are removed too.
@@ -123,39 +126,50 @@ var hopByHop = [][]byte{
 	[]byte("Expect"),
 }
 
-// dropHopByHop deletes the hop-by-hop headers from the response header h, and the ones the
-// upstream's Connection header (connection) names: one pass to find them (usually one, or
-// none), then a delete for each found.
-func dropHopByHop(h *fasthttp.ResponseHeader, connection []byte) {
-	var found [8][]byte
-	n := 0
-	for k := range h.All() {
-		if isHopByHop(k, connection) && n < len(found) {
-			found[n] = k
-			n++
+// dropHopByHop deletes from the response header h the hop-by-hop headers, the ones the
+// upstream's Connection lines (connection) name, and the upstream's own X-Failover-* (the
+// sidecar sets those it sends; an upstream that is itself a sidecar or a gateway must not
+// speak for this one). Each pass finds one (usually there is one, or none) and deletes it,
+// until a pass finds none: however many there are, without a buffer.
+func dropHopByHop(h *fasthttp.ResponseHeader, connection [][]byte) {
+	for {
+		var found []byte
+		for k := range h.All() {
+			if isHopByHop(k, connection) || hasFailoverPrefix(k) {
+				found = k
+				break
+			}
 		}
-	}
-	for i := n - 1; i >= 0; i-- {
-		h.DelBytes(found[i])
+		if found == nil {
+			return
+		}
+		h.DelBytes(found)
 	}
 }
 
 // isHopByHop reports whether header k describes one connection: a hop-by-hop header, or one
-// the message's Connection header names.
-func isHopByHop(k, connection []byte) bool {
+// a Connection line of the message (connection, every line) names.
+func isHopByHop(k []byte, connection [][]byte) bool {
 	for _, h := range hopByHop {
 		if eqFold(k, h) {
 			return true
 		}
 	}
-	for len(connection) > 0 {
-		var tok []byte
-		tok, connection = cutList(connection, ',')
-		if eqFold(k, bytes.TrimSpace(tok)) {
-			return true
+	for _, line := range connection {
+		for len(line) > 0 {
+			var tok []byte
+			tok, line = cutList(line, ',')
+			if eqFold(k, bytes.TrimSpace(tok)) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// hasFailoverPrefix reports whether header k is an X-Failover-* header.
+func hasFailoverPrefix(k []byte) bool {
+	return len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover)
 }
 
 // cutList splits the first item off a sep-separated list.
@@ -647,7 +661,7 @@ func (ex *exchange) do(a *attempt) {
 	case ex.family == stream.Image && success:
 		// A generated image is never paid for twice: commit at headers.
 		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
-	case ex.streaming && success && bytes.HasPrefix(resp.Header.ContentType(), valueEventStream):
+	case ex.streaming && success && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
 		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout))
 	default:
 		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))
@@ -825,9 +839,9 @@ func (ex *exchange) buildRequest(a *attempt) {
 	b = append(b, t.host...)
 	b = append(b, '\r', '\n')
 
-	connection := rh.PeekBytes(headerConnection)
+	connection := rh.PeekAll(stringConnection) // every Connection line (fasthttp keeps each)
 	for k, v := range rh.All() {
-		if ex.dropped(t, k, connection) {
+		if ex.dropped(t, k, v, connection) {
 			continue
 		}
 		b = appendHeaderLine(b, k, v)
@@ -869,14 +883,14 @@ func appendHeaderLine(b, k, v []byte) []byte {
 	return append(b, '\r', '\n')
 }
 
-// dropped reports whether the client's header k stays behind: hop-by-hop headers and the ones
-// the client's Connection header names, X-Failover-* (the sidecar's own), the header that
-// carried FAILOVER_INBOUND_TOKEN, the client's credentials when the target sends its own key,
-// and every header the sidecar sets itself (Host, Content-Length, Accept-Encoding,
-// X-Request-Id, the target's configured headers).
-func (ex *exchange) dropped(t *Target, k, connection []byte) bool {
-	if len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover) ||
-		isHopByHop(k, connection) {
+// dropped reports whether the client's header k (value v) stays behind: hop-by-hop headers
+// and the ones the client's Connection lines name, X-Failover-* (the sidecar's own), any
+// header that carries FAILOVER_INBOUND_TOKEN (not only the one it was accepted from: a client
+// may send it twice, as Authorization and x-api-key), the client's credentials when the
+// target sends its own key, and every header the sidecar sets itself (Host, Content-Length,
+// Accept-Encoding, X-Request-Id, the target's configured headers).
+func (ex *exchange) dropped(t *Target, k, v []byte, connection [][]byte) bool {
+	if hasFailoverPrefix(k) || isHopByHop(k, connection) {
 		return true
 	}
 	for _, h := range setUpstream {
@@ -884,7 +898,7 @@ func (ex *exchange) dropped(t *Target, k, connection []byte) bool {
 			return true
 		}
 	}
-	if ex.tokenHeader != nil && eqFold(k, ex.tokenHeader) {
+	if ex.tokenHeader != nil && (eqFold(k, ex.tokenHeader) || carriesToken(v, ex.srv.inboundToken)) {
 		return true
 	}
 	if t.ownKey {
@@ -905,12 +919,27 @@ func (ex *exchange) dropped(t *Target, k, connection []byte) bool {
 	return false
 }
 
+// carriesToken reports whether header value v is the inbound token, bare or after "Bearer ",
+// compared in constant time.
+func carriesToken(v, tok []byte) bool {
+	v = bytes.TrimSpace(v)
+	if len(v) > 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
+		v = bytes.TrimSpace(v[7:])
+	}
+	return subtle.ConstantTimeCompare(v, tok) == 1
+}
+
 // setUpstream are the headers the sidecar writes itself on every upstream request.
 var setUpstream = [][]byte{[]byte("Host"), []byte("Content-Length"), headerAcceptEnc, headerRequestID}
 
 // eqFold is a case-insensitive comparison of two ASCII header names.
 func eqFold(a, b []byte) bool {
 	return len(a) == len(b) && bytes.EqualFold(a, b)
+}
+
+// hasPrefixFold reports whether s starts with the ASCII word prefix in any case.
+func hasPrefixFold(s, prefix []byte) bool {
+	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
 }
 
 // containsFold reports whether s contains the lower-case ASCII word sub in any case (media

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -69,14 +70,15 @@ func TestHeadersForwarded(t *testing.T) {
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar.local\r\nContent-Type: application/json\r\n" +
-		"Connection: keep-alive, X-Hop\r\nX-Hop: drop-me\r\nKeep-Alive: timeout=5\r\nTe: trailers\r\nUpgrade: h2c\r\n" +
+		"Connection: keep-alive, X-Hop\r\nX-Hop: drop-me\r\nConnection: X-Hop2\r\nX-Hop2: drop-me-too\r\n" +
+		"Keep-Alive: timeout=5\r\nTe: trailers\r\nUpgrade: h2c\r\n" +
 		"Proxy-Authorization: Basic abc\r\nX-Failover-Attempt: 99\r\nX-Failover-Target: spoof\r\nAccept-Encoding: gzip\r\n" +
 		"X-Request-Id: my-trace-1\r\nOpenAI-Organization: org-1\r\nContent-Length: 2\r\n\r\n{}"
 	if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
 		t.Fatal(st)
 	}
 	h := up.Requests()[0].Header
-	for _, gone := range []string{"X-Hop", "Keep-Alive", "Te", "Upgrade", "Proxy-Authorization", "X-Failover-Target"} {
+	for _, gone := range []string{"X-Hop", "X-Hop2", "Keep-Alive", "Te", "Upgrade", "Proxy-Authorization", "X-Failover-Target"} {
 		if _, ok := h[gone]; ok {
 			t.Errorf("%s was forwarded", gone)
 		}
@@ -87,6 +89,59 @@ func TestHeadersForwarded(t *testing.T) {
 		if h[k] != v {
 			t.Errorf("%s = %q, want %q", k, h[k], v)
 		}
+	}
+}
+
+// FAILOVER_INBOUND_TOKEN is never forwarded, in whichever headers and however often the client
+// sends it (an Anthropic SDK given the token as both api_key and auth_token sends it twice).
+func TestInboundTokenNeverForwarded(t *testing.T) {
+	const tok = "tok-inbound-not-a-key"
+	up := upstream(t)
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=" + tok})...)
+	for _, headers := range [][]string{
+		{"Authorization: Bearer " + tok, "X-Api-Key: " + tok},
+		{"X-Api-Key: " + tok, "Authorization: bearer " + tok},
+		{"Authorization: Bearer " + tok, "Api-Key: " + tok, "X-Goog-Api-Key:  " + tok + " "},
+	} {
+		before := up.Calls()
+		if r := s.Post("/chat/completions", chatBody, append(headers, "X-Trace: kept")...); r.Status != 200 {
+			t.Fatalf("%v: %d", headers, r.Status)
+		}
+		h := up.Requests()[before].Header
+		for k, v := range h {
+			if strings.Contains(v, tok) {
+				t.Errorf("%v: the token went upstream in %s", headers, k)
+			}
+		}
+		if h["X-Trace"] != "kept" {
+			t.Errorf("%v: an unrelated header was dropped", headers)
+		}
+	}
+}
+
+// The client gets none of the upstream's hop-by-hop headers, however many Connection lines
+// name them, nor the upstream's own X-Failover-* (only the sidecar's).
+func TestUpstreamHopByHopAndFailoverHeadersStayBehind(t *testing.T) {
+	hdr := []string{"Connection: keep-alive, X-Up-1, X-Up-2, X-Up-3, X-Up-4, X-Up-5", "Connection: X-Up-6, X-Up-7, X-Up-8, X-Up-9, X-Up-10",
+		"X-Failover-Model: inner-model", "X-Failover-Attempt: 7", "X-Kept: yes"}
+	for i := 1; i <= 10; i++ {
+		hdr = append(hdr, fmt.Sprintf("X-Up-%d: hop", i))
+	}
+	step := pt.JSON(200, pt.ChatCompletion("hi"), hdr...)
+	step.Delay = time.Millisecond // written by hand: the Connection lines stay two lines
+	up := upstream(t, step)
+	s := start(t, targets(up.URL)...)
+	r := s.Post("/chat/completions", chatBody)
+	if r.Status != 200 || r.Header.Get("X-Kept") != "yes" {
+		t.Fatalf("%d, X-Kept %q", r.Status, r.Header.Get("X-Kept"))
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, "X-Up-") || k == "X-Failover-Model" || k == "X-Failover-Attempt" {
+			t.Errorf("%s reached the client", k)
+		}
+	}
+	if r.Header.Get("X-Failover-Target") != "t0" {
+		t.Errorf("the sidecar's own X-Failover-Target is missing")
 	}
 }
 

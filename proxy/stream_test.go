@@ -120,6 +120,21 @@ func TestStreamingByAcceptHeader(t *testing.T) {
 	}
 }
 
+// An upstream's Content-Type: Text/Event-Stream is a stream too (media types are
+// case-insensitive): it is gated, and commits on its content, rather than held whole.
+func TestStreamContentTypeInAnyCase(t *testing.T) {
+	step := pt.SSE(pt.ChatStream(0, "hi")...)
+	step.Header = []string{"Content-Type: Text/Event-Stream"}
+	up := upstream(t, step)
+	s := start(t, targets(up.URL)...)
+	if r := s.Post("/chat/completions", streamBody); r.Status != 200 || !strings.HasSuffix(string(r.Body), pt.Done) {
+		t.Fatalf("%d %q", r.Status, r.Body)
+	}
+	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_stream_commits_total{reason="content"} 1`) {
+		t.Errorf("the stream was not gated:\n%s", m)
+	}
+}
+
 // When a success rule matches the stream of every candidate, the last one is still the answer:
 // it is committed and piped like any stream, and the ledger says so.
 func TestStreamSuccessRuleOnEveryCandidate(t *testing.T) {
