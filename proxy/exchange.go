@@ -132,7 +132,9 @@ var hopByHop = [][]byte{
 // speak for this one). Each pass finds one (usually there is one, or none) and deletes it,
 // until a pass finds none: however many there are, without a buffer.
 func dropHopByHop(h *fasthttp.ResponseHeader, connection [][]byte) {
-	for {
+	// At most one pass per header: a header fasthttp would keep yielding after the delete
+	// (none does today) cannot make this loop for ever.
+	for range h.Len() + 1 {
 		var found []byte
 		for k := range h.All() {
 			if isHopByHop(k, connection) || hasFailoverPrefix(k) {
