@@ -143,7 +143,8 @@ func (e *ConfigError) Error() string {
 
 // Load reads the configuration from environ (KEY=value strings, as os.Environ returns) and
 // the files _API_KEY_FILE names. It reports every problem at once in a *ConfigError.
-// requireTargets is false for the drill, which brings its own simulated targets.
+// requireTargets is false for the drill, which brings its own simulated targets and uses no
+// keys: then the _API_KEY_FILE files are not read.
 func Load(environ []string, requireTargets bool) (*Config, error) {
 	vars := make(map[string]string)
 	for _, kv := range environ {
@@ -298,6 +299,13 @@ func knownNames() []string {
 	return names
 }
 
+// serviceLinkPattern matches the variables Kubernetes injects into every pod of a namespace
+// that has a Service named "failover" (enableServiceLinks defaults to true):
+// FAILOVER_SERVICE_HOST, FAILOVER_SERVICE_PORT, FAILOVER_SERVICE_PORT_<PORT NAME>, FAILOVER_PORT,
+// FAILOVER_PORT_<n>_<PROTOCOL> and its _PROTO, _PORT and _ADDR. Rejecting them as typos would
+// crash-loop the pod; anything shaped differently (FAILOVER_PORTS) is still an unknown variable.
+var serviceLinkPattern = regexp.MustCompile(`^FAILOVER_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$`)
+
 // checkNames rejects unknown FAILOVER_* variables (with a did-you-mean hint) and gaps in
 // indexed groups, and returns which members each group has (index → present).
 func (l *loader) checkNames() map[string][]bool {
@@ -312,7 +320,7 @@ func (l *loader) checkNames() map[string][]bool {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if known[k] {
+		if known[k] || serviceLinkPattern.MatchString(k) {
 			continue
 		}
 		if m := groupPattern.FindStringSubmatch(k); m != nil {
@@ -465,10 +473,20 @@ func (l *loader) rules(group string, present []bool, stop bool) []classify.Rule 
 }
 
 func (l *loader) validateServer(s *ServerConfig) {
+	// Checked here, not left to net.Listen, so that -check fails (exit 2) on an address that
+	// the start would then refuse (exit 1).
+	valid := true
 	for _, v := range []struct{ name, addr string }{{"LISTEN", s.Listen}, {"METRICS_LISTEN", s.MetricsListen}} {
 		if _, port, err := net.SplitHostPort(v.addr); err != nil || port == "" {
 			l.problem("%s: must be host:port or :port", l.shown(envPrefix+v.name))
+			valid = false
+		} else if !validPort(port, 0) {
+			l.problem("%s: the port must be a number in 0-65535", l.shown(envPrefix+v.name))
+			valid = false
 		}
+	}
+	if valid && sameListener(s.Listen, s.MetricsListen) {
+		l.problem("%s / %s: the proxy and the metrics listeners cannot share an address", l.shown(envPrefix+"LISTEN"), l.shown(envPrefix+"METRICS_LISTEN"))
 	}
 	// Accepted in any case, kept in lower case: main and -check compare and print these values.
 	s.LogLevel, s.LogFormat = strings.ToLower(s.LogLevel), strings.ToLower(s.LogFormat)
@@ -501,6 +519,28 @@ func (l *loader) validateServer(s *ServerConfig) {
 	}
 }
 
+// validPort reports whether port is a decimal number from lowest to 65535. Service names
+// ("http") are not accepted: a number is what an operator can check against a Service or a probe.
+func validPort(port string, lowest int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && port[0] >= '0' && port[0] <= '9' && n >= lowest && n <= 65535
+}
+
+// sameListener reports whether two valid host:port listener addresses would collide: the same
+// port (0, "any free port", never collides) on the same host, or on any host when either
+// side is a wildcard ("", 0.0.0.0, ::) that already binds every address.
+func sameListener(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := strconv.Atoi(pa)
+	nb, _ := strconv.Atoi(pb)
+	if na != nb || na == 0 {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return strings.EqualFold(ha, hb) || wildcard(ha) || wildcard(hb)
+}
+
 func (l *loader) validateTargets(c *Config, required bool) {
 	if len(c.Targets) == 0 && required {
 		l.problem("FAILOVER_TARGET_0_URL: no target is configured; set at least FAILOVER_TARGET_0_URL (e.g. https://api.openai.com/v1)")
@@ -517,11 +557,15 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%s: must not have a #fragment", l.shown(p+"URL"))
 		} else if u.User != nil {
 			l.problem("%s: must not carry credentials; set %sAPI_KEY or %sAPI_KEY_FILE", l.shown(p+"URL"), p, p)
+		} else if port := u.Port(); port != "" && !validPort(port, 1) {
+			l.problem("%s: the port must be a number in 1-65535", l.shown(p+"URL"))
 		}
 		if t.APIKey != "" && t.APIKeyFile != "" {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
-		if t.APIKeyFile != "" {
+		// Without required targets (the drill) the keys are never used: a key file that is not
+		// mounted where the drill runs must not stop it (SPEC 9: no targets, keys or network).
+		if t.APIKeyFile != "" && required {
 			b, err := os.ReadFile(t.APIKeyFile)
 			switch {
 			case err != nil:

@@ -162,7 +162,12 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{"key and key file", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_API_KEY=sk-x", "FAILOVER_TARGET_0_API_KEY_FILE=/nope"}, []string{"set one, not both"}},
 		{"missing key file", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_API_KEY_FILE=/does/not/exist"}, []string{"FAILOVER_TARGET_0_API_KEY_FILE=\"/does/not/exist\": cannot read the key file"}},
 		{"auth none with a key", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_AUTH=none", "FAILOVER_TARGET_0_API_KEY=sk-x"}, []string{"AUTH=none with a key set"}},
-		{"bad headers", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_HEADERS=Host=evil;X-Ok=1"}, []string{"FAILOVER_TARGET_0_HEADERS=<redacted>", "header Host is set by the sidecar"}},
+		{"bad headers", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_HEADERS=Host=evil;X-Ok=1"}, []string{"FAILOVER_TARGET_0_HEADERS=<redacted>", "entry 1: header Host is set by the sidecar"}},
+		{"url with a port out of range", []string{"FAILOVER_TARGET_0_URL=https://x:99999/v1"}, []string{`FAILOVER_TARGET_0_URL="https://x:99999/v1": the port must be a number in 1-65535`}},
+		{"url with port 0", []string{"FAILOVER_TARGET_0_URL=https://x:0/v1"}, []string{`FAILOVER_TARGET_0_URL="https://x:0/v1": the port must be a number in 1-65535`}},
+		{"near-miss of a service link variable", []string{"FAILOVER_SERVICE_HOSTS=10.96.0.1"}, []string{"FAILOVER_SERVICE_HOSTS: unknown variable"}},
+		{"near-miss of a service link port variable", []string{"FAILOVER_PORTS=tcp://10.96.0.1:9464"}, []string{"FAILOVER_PORTS: unknown variable"}},
+		{"service link with an unknown protocol", []string{"FAILOVER_PORT_9464_HTTP=tcp://10.96.0.1:9464"}, []string{"FAILOVER_PORT_9464_HTTP: unknown variable"}},
 		{"bad models", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_MODELS=gpt-*-mini"}, []string{"FAILOVER_TARGET_0_MODELS", "only allowed at the end"}},
 		{"bad paths", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_PATHS=chat"}, []string{"FAILOVER_TARGET_0_PATHS", "starts with /v1/"}},
 		{"duplicate names", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_NAME=x", "FAILOVER_TARGET_1_URL=http://b/v1", "FAILOVER_TARGET_1_NAME=x"}, []string{"FAILOVER_TARGET_1_NAME=\"x\": the name is already used"}},
@@ -170,6 +175,12 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{"bad log level", []string{"FAILOVER_LOG_LEVEL=verbose"}, []string{"FAILOVER_LOG_LEVEL=\"verbose\""}},
 		{"bad log format shows the value as set", []string{"FAILOVER_LOG_FORMAT=YAML"}, []string{"FAILOVER_LOG_FORMAT=\"YAML\": must be auto, text or json"}},
 		{"bad listen", []string{"FAILOVER_LISTEN=4000"}, []string{"FAILOVER_LISTEN=\"4000\": must be host:port"}},
+		{"listen port out of range", []string{"FAILOVER_LISTEN=127.0.0.1:99999"}, []string{`FAILOVER_LISTEN="127.0.0.1:99999": the port must be a number in 0-65535`}},
+		{"listen port not a number", []string{"FAILOVER_LISTEN=localhost:abc"}, []string{`FAILOVER_LISTEN="localhost:abc": the port must be a number in 0-65535`}},
+		{"negative metrics port", []string{"FAILOVER_METRICS_LISTEN=:-1"}, []string{`FAILOVER_METRICS_LISTEN=":-1": the port must be a number in 0-65535`}},
+		{"both listeners on one address", []string{"FAILOVER_LISTEN=127.0.0.1:4999", "FAILOVER_METRICS_LISTEN=127.0.0.1:4999"}, []string{`FAILOVER_LISTEN="127.0.0.1:4999" / FAILOVER_METRICS_LISTEN="127.0.0.1:4999": the proxy and the metrics listeners cannot share an address`}},
+		{"listener on a port the wildcard metrics listener holds", []string{"FAILOVER_LISTEN=127.0.0.1:9464"}, []string{"FAILOVER_METRICS_LISTEN", "cannot share an address"}},
+		{"both listeners on every address of one port", []string{"FAILOVER_LISTEN=0.0.0.0:9000", "FAILOVER_METRICS_LISTEN=[::]:9000"}, []string{"cannot share an address"}},
 		{"negative values", []string{"FAILOVER_MAX_INFLIGHT=-1", "FAILOVER_IDLE_TIMEOUT=-1s", "FAILOVER_EJECT_AFTER=-2"}, []string{"FAILOVER_MAX_INFLIGHT", "FAILOVER_IDLE_TIMEOUT", "FAILOVER_EJECT_AFTER"}},
 		{"backoff max below base", []string{"FAILOVER_BACKOFF_BASE=2s", "FAILOVER_BACKOFF_MAX=1s"}, []string{"FAILOVER_BACKOFF_MAX"}},
 		{"target retries -1", []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_0_RETRIES=-1"}, []string{`FAILOVER_TARGET_0_RETRIES="-1": must be >= 0`}},
@@ -198,6 +209,94 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 			t.Fatalf("want 5 problems, got %v", err)
 		}
 	})
+}
+
+func TestLoadListenAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		name, listen, metrics string
+	}{
+		{"defaults", "127.0.0.1:4000", ":9464"},
+		{"different ports on one host", "127.0.0.1:4000", "127.0.0.1:4001"},
+		{"one port on two hosts", "127.0.0.1:9000", "10.0.0.1:9000"},
+		{"any free port for both", "127.0.0.1:0", ":0"},
+		{"the highest port", "127.0.0.1:65535", ":9464"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_LISTEN=" + tc.listen, "FAILOVER_METRICS_LISTEN=" + tc.metrics}, true)
+			if err != nil {
+				t.Errorf("listen %q, metrics %q: %v", tc.listen, tc.metrics, err)
+			}
+		})
+	}
+}
+
+// Kubernetes injects these into every pod of a namespace with a Service named "failover".
+func TestLoadIgnoresKubernetesServiceLinks(t *testing.T) {
+	env := []string{"FAILOVER_TARGET_0_URL=https://api.example/v1",
+		"FAILOVER_SERVICE_HOST=10.96.12.34", "FAILOVER_SERVICE_PORT=9464", "FAILOVER_SERVICE_PORT_METRICS=9464",
+		"FAILOVER_SERVICE_PORT_HTTP_ALT=4000",
+		"FAILOVER_PORT=tcp://10.96.12.34:9464", "FAILOVER_PORT_9464_TCP=tcp://10.96.12.34:9464",
+		"FAILOVER_PORT_9464_TCP_PROTO=tcp", "FAILOVER_PORT_9464_TCP_PORT=9464", "FAILOVER_PORT_9464_TCP_ADDR=10.96.12.34",
+		"FAILOVER_PORT_53_UDP=udp://10.96.12.34:53", "FAILOVER_PORT_53_UDP_ADDR=10.96.12.34",
+		"FAILOVER_PORT_9_SCTP_PROTO=sctp"}
+	if _, err := Load(env, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An entry written with ':' for '=' puts the key into what would be the header name; the
+// message names the variable and the entry's position and nothing of the entry itself.
+func TestLoadHeadersErrorHidesTheEntry(t *testing.T) {
+	const key = "sk-test-not-a-key=="
+	for _, tc := range []struct{ name, headers, want string }{
+		{"colon for equals", "anthropic-version=2023-06-01;x-api-key:" + key, "entry 2: the header name has characters"},
+		{"colon and space", "x-api-key: " + key, "entry 1: the header name has characters"},
+		{"no equals sign", "anthropic-version=2023-06-01;;sk-test-not-a-key", "entry 3 is not Name=value"},
+		{"line break in the value", "X-Key=sk-test-not-a-key\nX-Other: 1", "entry 1: the value has a line break"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.example/v1", "FAILOVER_TARGET_0_HEADERS=" + tc.headers}, true)
+			if err == nil {
+				t.Fatal("expected an error")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "FAILOVER_TARGET_0_HEADERS=<redacted>") || !strings.Contains(msg, tc.want) {
+				t.Errorf("message lacks the variable or %q:\n%s", tc.want, msg)
+			}
+			for _, part := range []string{"sk-", "not-a-key", "x-api-key", "X-Key", "X-Other"} {
+				if strings.Contains(msg, part) {
+					t.Errorf("message shows %q of the entry:\n%s", part, msg)
+				}
+			}
+		})
+	}
+}
+
+// The drill uses no keys (SPEC 9), so a key file that is not mounted where it runs must not
+// stop it; the normal start still reads every key file and fails on a missing one.
+func TestLoadKeyFilesOnlyWhenTargetsAreRequired(t *testing.T) {
+	missing := []string{"FAILOVER_TARGET_0_URL=https://api.example/v1", "FAILOVER_TARGET_0_API_KEY_FILE=/does/not/exist"}
+	if _, err := Load(missing, false); err != nil {
+		t.Errorf("without required targets a missing key file stops Load: %v", err)
+	}
+	if _, err := Load(missing, true); err == nil || !strings.Contains(err.Error(), "cannot read the key file") {
+		t.Errorf("with required targets a missing key file gives %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, []byte("sk-test-not-a-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.example/v1", "FAILOVER_TARGET_0_API_KEY_FILE=" + file}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Targets[0].APIKey != "sk-test-not-a-key" {
+		t.Errorf("the key file was not read: key %d bytes", len(c.Targets[0].APIKey))
+	}
+	// Mistakes that need no file are still reported to the drill.
+	if _, err := Load(append(missing, "FAILOVER_TARGET_0_API_KEY=sk-test-not-a-key"), false); err == nil || !strings.Contains(err.Error(), "set one, not both") {
+		t.Errorf("key and key file without required targets: %v", err)
+	}
 }
 
 func rules(n int) []string {

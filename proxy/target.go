@@ -138,28 +138,32 @@ func (t *Target) serves(path, model []byte) bool {
 var forbiddenHeaders = []string{"host", "content-length", "transfer-encoding", "connection", "keep-alive",
 	"upgrade", "te", "trailer", "proxy-connection", "x-request-id", "x-failover-attempt", "accept-encoding"}
 
-// parseHeaders reads "Name=value;Name2=value2".
+// parseHeaders reads "Name=value;Name2=value2". Its errors name an entry by its position (from
+// 1) and never quote it: an entry written wrongly (x-api-key: sk-...) may be all value, and
+// header values are secrets.
 func parseHeaders(s string) ([][2][]byte, error) {
 	var out [][2][]byte
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	var errs []error
-	for _, part := range strings.Split(s, ";") {
+	for i, part := range strings.Split(s, ";") {
 		if strings.TrimSpace(part) == "" {
 			continue
 		}
 		name, value, ok := strings.Cut(part, "=")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		n := i + 1
 		switch {
 		case !ok || name == "":
-			errs = append(errs, fmt.Errorf("an entry is not Name=value"))
+			errs = append(errs, fmt.Errorf("entry %d is not Name=value", n))
 		case !isToken(name):
-			errs = append(errs, fmt.Errorf("header name %q has characters a header name cannot have", name))
+			errs = append(errs, fmt.Errorf("entry %d: the header name has characters a header name cannot have (spaces, ':' or others; write Name=value)", n))
 		case contains(forbiddenHeaders, strings.ToLower(name)):
-			errs = append(errs, fmt.Errorf("header %s is set by the sidecar and cannot be configured", name))
+			// name is one of forbiddenHeaders, so printing it shows nothing secret.
+			errs = append(errs, fmt.Errorf("entry %d: header %s is set by the sidecar and cannot be configured", n, name))
 		case strings.ContainsAny(value, "\r\n\x00"):
-			errs = append(errs, fmt.Errorf("the value of header %s has a line break", name))
+			errs = append(errs, fmt.Errorf("entry %d: the value has a line break or a NUL byte", n))
 		default:
 			out = append(out, [2][]byte{[]byte(name), []byte(value)})
 		}

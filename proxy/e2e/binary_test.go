@@ -128,6 +128,68 @@ func TestDrill(t *testing.T) {
 	}
 }
 
+// SPEC 9: the drill needs no keys. With the deployment's env file, whose keys are in files
+// mounted only where the sidecar runs, it still runs; the start itself still needs the files.
+func TestDrillWithKeyFilesNotMounted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "env", "openai-anthropic.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			env = append(env, line)
+		}
+	}
+	if !strings.Contains(string(b), "_API_KEY_FILE=/run/secrets/") {
+		t.Fatal("the env file no longer reads its keys from files")
+	}
+	if stdout, stderr, code := runBinary(t, env, "drill"); code != 0 {
+		t.Errorf("drill: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if _, stderr, code := runBinary(t, env, "-check"); code != 2 || !strings.Contains(stderr, "cannot read the key file") {
+		t.Errorf("-check without the key files: exit %d\n%s", code, stderr)
+	}
+}
+
+// -check (exit 2) refuses listener addresses that the start would refuse.
+func TestCheckRejectsListenersThatCannotWork(t *testing.T) {
+	for _, extra := range [][]string{
+		{"FAILOVER_LISTEN=127.0.0.1:99999"},
+		{"FAILOVER_LISTEN=localhost:abc"},
+		{"FAILOVER_LISTEN=127.0.0.1:4999", "FAILOVER_METRICS_LISTEN=127.0.0.1:4999"},
+	} {
+		env := append([]string{"FAILOVER_TARGET_0_URL=https://api.example/v1"}, extra...)
+		if _, stderr, code := runBinary(t, env, "-check"); code != 2 || !strings.Contains(stderr, "FAILOVER_LISTEN") {
+			t.Errorf("%v: -check exit %d, want 2 naming FAILOVER_LISTEN:\n%s", extra, code, stderr)
+		}
+	}
+}
+
+// Kubernetes injects service-link variables into every pod of a namespace with a Service
+// named "failover"; they are not typos of FAILOVER_* settings.
+func TestCheckAcceptsKubernetesServiceLinks(t *testing.T) {
+	_, stderr, code := runBinary(t, []string{"FAILOVER_TARGET_0_URL=https://api.example/v1",
+		"FAILOVER_SERVICE_HOST=10.96.12.34", "FAILOVER_SERVICE_PORT=9464", "FAILOVER_SERVICE_PORT_METRICS=9464",
+		"FAILOVER_PORT=tcp://10.96.12.34:9464", "FAILOVER_PORT_9464_TCP=tcp://10.96.12.34:9464",
+		"FAILOVER_PORT_9464_TCP_PROTO=tcp", "FAILOVER_PORT_9464_TCP_PORT=9464", "FAILOVER_PORT_9464_TCP_ADDR=10.96.12.34"}, "-check")
+	if code != 0 {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
+
+// The start-up error for a malformed _HEADERS entry shows no part of it.
+func TestCheckHeadersErrorHidesTheKey(t *testing.T) {
+	_, stderr, code := runBinary(t, []string{"FAILOVER_TARGET_0_URL=https://api.example/v1",
+		"FAILOVER_TARGET_0_HEADERS=anthropic-version=2023-06-01;x-api-key: sk-test-not-a-key=="}, "-check")
+	if code != 2 || !strings.Contains(stderr, "FAILOVER_TARGET_0_HEADERS") || !strings.Contains(stderr, "entry 2") {
+		t.Errorf("exit %d, want 2 naming the variable and entry 2:\n%s", code, stderr)
+	}
+	if strings.Contains(stderr, "sk-test-not-a-key") {
+		t.Errorf("the key is printed:\n%s", stderr)
+	}
+}
+
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

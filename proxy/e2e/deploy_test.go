@@ -208,6 +208,12 @@ func TestKubernetesManifest(t *testing.T) {
 		}
 	}
 
+	// Service links off: a Service named "failover" would otherwise put FAILOVER_SERVICE_HOST,
+	// FAILOVER_PORT and the like into the sidecar's environment.
+	if v := field(t, lines, "enableServiceLinks"); v != "false" {
+		t.Errorf("enableServiceLinks: %q, want false in the pod spec", v)
+	}
+
 	// The kubelet's grace period covers the preStop sleep and then the whole drain.
 	grace := seconds(t, "terminationGracePeriodSeconds", field(t, lines, "terminationGracePeriodSeconds"))
 	preStop := 0.0
