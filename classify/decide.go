@@ -61,7 +61,7 @@ const DefaultStatuses = "429,5xx"
 // Decide returns the verdict for one attempt's outcome, in SPEC section 4's order: client gone,
 // already committed, stop rules, success rules, no status, credentials and quota, statuses,
 // phrases, anything else stops. An answer without content (an empty body or stream, a chat
-// completion without choices) is recoverable whatever the status list says, as an attempt
+// completion without choices; not a response that cannot have a body, Outcome.NoBody) is recoverable whatever the status list says, as an attempt
 // without an answer is. A recoverable outcome becomes a retry while the target has retries
 // left and the class is transient, a transfer otherwise; budgets are applied after, by Limit.
 // Decide never allocates.
@@ -120,7 +120,8 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 		parsers.Put(parser)
 		return v
 	}
-	if o.Truncated {
+	if o.Truncated || o.NoBody {
+		// Past the buffer, or with no body at all, there is nothing the body checks could read.
 		return Verdict{Class: ClassNone, Action: ActionCommit, Health: HealthSuccess, Reason: ReasonOK, Status: o.Status}
 	}
 	if o.Status == 200 && o.Kind == KindResponse {

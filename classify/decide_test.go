@@ -117,6 +117,11 @@ func TestDecide(t *testing.T) {
 		{"listed 307 never retries the same target", redirects, Outcome{Status: 307, RetriesLeft: true}, ClassRedirect, ActionTransfer, HealthNone, ReasonRetryableStatus, 307},
 		{"listed 3xx class transfers", NewPolicy(Config{RetryOnStatuses: mustStatuses(t, "3xx")}, nil, nil, 10*time.Second), Outcome{Status: 302}, ClassRedirect, ActionTransfer, HealthNone, ReasonRetryableStatus, 302},
 		{"unlisted 302 commits beside a listed 307", redirects, Outcome{Status: 302, Body: []byte(`moved`)}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 302},
+		{"200 to HEAD without body commits", nil, Outcome{Status: 200, NoBody: true, Chat: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"200 to HEAD skips success rules", NewPolicy(Config{}, nil, []Rule{{Pattern: regexp.MustCompile(`^$`)}}, 10*time.Second), Outcome{Status: 200, NoBody: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 200},
+		{"204 commits", nil, Outcome{Status: 204, NoBody: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 204},
+		{"304 commits", nil, Outcome{Status: 304, NoBody: true}, ClassNone, ActionCommit, HealthSuccess, ReasonOK, 304},
+		{"503 to HEAD still transfers", nil, Outcome{Status: 503, NoBody: true}, ClassServerError, ActionTransfer, HealthFailure, ReasonRetryableStatus, 503},
 		{"empty stream transfers whatever the status list", custom, Outcome{Kind: KindStreamEmpty}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
 		{"empty stream retries whatever the status list", custom, Outcome{Kind: KindStreamEmpty, RetriesLeft: true}, ClassEmptyResponse, ActionRetry, HealthFailure, ReasonEmpty, 502},
 		{"empty 200 transfers whatever the status list", custom, Outcome{Status: 200, Body: nil, Chat: true}, ClassEmptyResponse, ActionTransfer, HealthFailure, ReasonEmpty, 502},
@@ -218,6 +223,7 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		"fake 200":     {Status: 200, Body: []byte(`{"error":{"message":"x","code":500}}`)},
 		"transport":    {Kind: KindTransport, Transport: TransportReset},
 		"empty stream": {Kind: KindStreamEmpty},
+		"head":         {Status: 200, NoBody: true},
 	}
 	for name, o := range cases {
 		p.Decide(&o) // warm the parser pool and the regexp machines

@@ -158,6 +158,10 @@ type Outcome struct {
 	// none of it (an image, which commits at headers). A success status then commits: the
 	// checks on a 200's body need the whole body, and past the buffer it is streamed through.
 	Truncated bool
+	// NoBody: the response cannot have a body (the answer to a HEAD request, a 204 or a 304,
+	// RFC 9110 sections 9.3.2, 15.3.5 and 15.4.5), so its emptiness says nothing: the checks on
+	// a 200's body (empty, error document, no choices) and the success rules do not apply.
+	NoBody bool
 
 	Chat        bool // chat completions: a 200 without choices is a failure
 	Image       bool // image generation: success rules never apply

@@ -333,3 +333,16 @@ func serveCanned(c net.Conn, json, sse []byte) {
 		}
 	}
 }
+
+// Merging the client's query decodes its keys while comparing them: nothing is allocated.
+func TestUpstreamURIAllocs(t *testing.T) {
+	tg := &Target{basePath: []byte("/v1"), query: []byte("api-version=2024-10-21"), queryKey: [][]byte{[]byte("api-version")}}
+	path, query := []byte("/v1/chat/completions"), []byte("api%2Dversion=evil&x+y=1&api-versio%6E=evil&b=%20x")
+	dst := appendUpstreamURI(nil, tg, path, query)
+	if want := "/v1/chat/completions?api-version=2024-10-21&x+y=1&b=%20x"; string(dst) != want {
+		t.Fatalf("got %s, want %s", dst, want)
+	}
+	if n := testing.AllocsPerRun(200, func() { dst = appendUpstreamURI(dst[:0], tg, path, query) }); n != 0 {
+		t.Errorf("%v allocations per upstream URI, want 0", n)
+	}
+}

@@ -279,7 +279,7 @@ func (ex *exchange) run() {
 			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
 			RetriesLeft: ex.budget.RetryAllowed(t.retries), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-			ClientGone: ex.gone,
+			ClientGone: ex.gone, NoBody: ex.head || a.status == fasthttp.StatusNoContent || a.status == fasthttp.StatusNotModified,
 		}
 		v := s.policy.Decide(&o)
 		if (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) && !o.ClientGone && ex.clientGone() {
@@ -663,7 +663,9 @@ func (ex *exchange) do(a *attempt) {
 	case ex.family == stream.Image && success:
 		// A generated image is never paid for twice: commit at headers.
 		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
-	case ex.streaming && success && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
+	case ex.streaming && success && ex.body.has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
+		// (A HEAD's or a 204's answer has no stream to peek: it is read as a response, and
+		// classify sees it as one without a body, not as an empty stream.)
 		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout))
 	default:
 		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))

@@ -336,14 +336,52 @@ func appendUpstreamURI(dst []byte, t *Target, path, query []byte) []byte {
 	return dst
 }
 
+// targetHasKey reports whether the client's query pair names a key the target's URL sets. The
+// client's key is compared percent-decoded, as the upstream reads it: "api%2Dversion" is
+// "api-version", and sent beside the target's it could override it. A '+' is compared both as
+// a space (form encoding, as url.ParseQuery decoded the target's keys) and as itself (as a
+// server reading RFC 3986 queries sees it): a key that is the target's either way is dropped.
 func targetHasKey(t *Target, pair []byte) bool {
 	key, _ := cutList(pair, '=')
+	plus := bytes.IndexByte(key, '+') >= 0
 	for _, k := range t.queryKey {
-		if bytes.Equal(k, key) {
+		if queryKeyIs(key, k, true) || plus && queryKeyIs(key, k, false) {
 			return true
 		}
 	}
 	return false
+}
+
+// queryKeyIs reports whether raw, a query key as sent, percent-decodes to decoded. A '%' that
+// starts no escape ("%zz", a trailing "%") stands for itself. It decodes while it compares, so
+// it allocates nothing.
+func queryKeyIs(raw, decoded []byte, plusIsSpace bool) bool {
+	j := 0
+	for i := 0; i < len(raw); i, j = i+1, j+1 {
+		c := raw[i]
+		switch {
+		case c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]):
+			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			i += 2
+		case c == '+' && plusIsSpace:
+			c = ' '
+		}
+		if j >= len(decoded) || decoded[j] != c {
+			return false
+		}
+	}
+	return j == len(decoded)
+}
+
+// unhex is the value of the hex digit c (isHex(c) holds).
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }
 
 // appendEscapedPath percent-encodes what may not appear raw in a path segment. '%' itself is

@@ -38,6 +38,16 @@ func TestPathMapping(t *testing.T) {
 	tests := []struct{ path, want string }{
 		{"/v1/chat/completions", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
 		{"/v1/chat/completions?api-version=evil&foo=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&foo=1"},
+		// The client's key is compared percent-decoded, as the upstream will read it.
+		{"/v1/chat/completions?api%2Dversion=evil&foo=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&foo=1"},
+		{"/v1/chat/completions?api-versio%6E=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?%61pi%2dversion=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?api%2Dversion", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?a=1&a=2&b=%20x", "/api/openai/v1/chat/completions?api-version=2024-10-21&a=1&a=2&b=%20x"},
+		{"/v1/chat/completions?API-version=x", "/api/openai/v1/chat/completions?api-version=2024-10-21&API-version=x"},
+		{"/v1/chat/completions?api-version%3Devil", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%3Devil"},
+		{"/v1/chat/completions?api-version%zz=1&api-version%", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%zz=1&api-version%"},
+		{"/v1/chat/completions?api%252Dversion=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&api%252Dversion=1"},
 		{"/v1/../../admin", "/api/openai/v1/admin?api-version=2024-10-21"},
 		{"/v1/chat/../../../secret", "/api/openai/v1/secret?api-version=2024-10-21"},
 		{"/v1//chat//completions", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
@@ -62,6 +72,34 @@ func TestPathMapping(t *testing.T) {
 		}
 		if !strings.HasPrefix(got, "/api/openai/v1/") {
 			t.Errorf("%s escaped the base path: %s", tc.path, got)
+		}
+	}
+}
+
+// A '+' in a query key is a space in form encoding (how the target's keys are decoded) and
+// itself to a server reading RFC 3986 queries: a client key that is the target's either way is
+// dropped.
+func TestQueryMergePlusInKeys(t *testing.T) {
+	up := upstream(t)
+	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/v1?x+y=1&a%2Bb=1")
+	const base = "/v1/models?x+y=1&a%2Bb=1"
+	tests := []struct{ query, want string }{
+		{"x+y=2", base},
+		{"x%20y=2", base},
+		{"a+b=2", base},
+		{"a%2Bb=2", base},
+		{"x%2By=2", base + "&x%2By=2"},
+		{"a%20b=2", base + "&a%20b=2"},
+	}
+	for _, tc := range tests {
+		before := up.Calls()
+		st := rawRequest(t, s.Addr, "GET /v1/models?"+tc.query+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		reqs := up.Requests()
+		if len(reqs) == before {
+			t.Fatalf("%s: %s and no upstream call", tc.query, st)
+		}
+		if got := reqs[len(reqs)-1].URI; got != tc.want {
+			t.Errorf("?%s went to %s, want %s", tc.query, got, tc.want)
 		}
 	}
 }
@@ -256,5 +294,51 @@ func TestLargeUpstreamHeaderBlock(t *testing.T) {
 	}
 	if r := s.Post("/chat/completions", chatBody); r.Status == 200 {
 		t.Fatalf("a 70 KiB header block was accepted: %s", r.Body)
+	}
+}
+
+// A response to HEAD has no body by definition (RFC 9110 section 9.3.2): the upstream's 200 is
+// its answer, not an empty one, so it commits on the first target with its headers.
+func TestHeadPassesThrough(t *testing.T) {
+	tests := []struct {
+		name   string
+		header []string // the request's
+		step   pt.Step
+	}{
+		{"models", nil, pt.JSON(200, `{"object":"list","data":[]}`, "X-Upstream: a")},
+		{"event-stream answer is not an empty stream", []string{"Accept: text/event-stream"},
+			pt.JSON(200, `data: {}`+"\n\n", "Content-Type: text/event-stream", "X-Upstream: a")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, tc.step)
+			b := upstream(t, pt.JSON(200, `{"object":"list","data":[]}`, "X-Upstream: b"))
+			s := start(t, targets(a.URL, b.URL)...)
+			req, err := http.NewRequest(http.MethodHead, s.URL+"/models", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range tc.header {
+				k, v, _ := strings.Cut(h, ":")
+				req.Header.Set(k, strings.TrimSpace(v))
+			}
+			r := s.Do(req)
+			if r.Status != 200 || r.Header.Get("X-Upstream") != "a" || len(r.Body) != 0 {
+				t.Errorf("HEAD answered %d from %q with %d body bytes, want the first target's 200 without body", r.Status, r.Header.Get("X-Upstream"), len(r.Body))
+			}
+			if got := r.Header.Get("X-Failover-Attempts"); got != "1" {
+				t.Errorf("X-Failover-Attempts %q, want 1", got)
+			}
+			if a.Calls() != 1 || b.Calls() != 0 {
+				t.Errorf("calls a=%d b=%d, want 1 and 0: no transfer", a.Calls(), b.Calls())
+			}
+			if m := a.Requests()[0].Method; m != http.MethodHead {
+				t.Errorf("upstream got %s, want HEAD", m)
+			}
+			rec := s.WaitLedger(1)[0]
+			if rec["outcome"] != "ok" || rec["status"].(float64) != 200 {
+				t.Errorf("ledger outcome %v status %v, want ok 200", rec["outcome"], rec["status"])
+			}
+		})
 	}
 }
