@@ -183,8 +183,11 @@ func cutList(list []byte, sep byte) (item, rest []byte) {
 }
 
 // clientCredentials are removed when the target sends its own key, so the provider never sees
-// the caller's.
-var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key")}
+// the caller's: the keys, and OpenAI's organisation and project headers, which scope a key
+// (the caller's organisation with the target's key is answered 401, and a 401 to a target's
+// own key ejects the target for every client).
+var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key"),
+	[]byte("OpenAI-Organization"), []byte("OpenAI-Project")}
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s, clientFD: -2}

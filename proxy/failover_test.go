@@ -268,10 +268,16 @@ func TestCredentials(t *testing.T) {
 			"FAILOVER_TARGET_1_URL=" + anth.URL, "FAILOVER_TARGET_1_AUTH=x-api-key", "FAILOVER_TARGET_1_API_KEY=anthropic-secret",
 			"FAILOVER_TARGET_1_HEADERS=anthropic-version=2023-06-01", "FAILOVER_TARGET_1_PATHS=/v1/messages",
 			"FAILOVER_TARGET_0_PATHS=/v1/chat"})...)
-		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-key", "X-Api-Key: client-key-2")
+		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-key", "X-Api-Key: client-key-2",
+			"OpenAI-Organization: org-client", "OpenAI-Project: proj-client")
 		got := up.Requests()[0].Header
 		if got["Authorization"] != "Bearer sk-target-secret" || got["X-Api-Key"] != "" {
 			t.Fatalf("upstream headers %v", got)
+		}
+		// The organisation and project scope the client's key: with the target's key they would
+		// be answered 401, and a 401 to a target's own key ejects the target.
+		if got["Openai-Organization"] != "" || got["Openai-Project"] != "" {
+			t.Fatalf("the client's organisation or project went with the target's key: %v", got)
 		}
 		s.Post("/messages", `{"model":"claude","messages":[]}`, "X-Api-Key: client-key")
 		got = anth.Requests()[0].Header
@@ -285,9 +291,9 @@ func TestCredentials(t *testing.T) {
 	t.Run("without a key the client's credentials are forwarded", func(t *testing.T) {
 		up := upstream(t)
 		s := start(t, targets(up.URL)...)
-		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-own-key")
-		if got := up.Requests()[0].Header["Authorization"]; got != "Bearer client-own-key" {
-			t.Fatalf("Authorization %q", got)
+		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-own-key", "OpenAI-Organization: org-client")
+		if h := up.Requests()[0].Header; h["Authorization"] != "Bearer client-own-key" || h["Openai-Organization"] != "org-client" {
+			t.Fatalf("headers %v", h)
 		}
 	})
 	t.Run("the inbound token is checked and never forwarded", func(t *testing.T) {
