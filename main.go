@@ -130,6 +130,17 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	go func() {
+		// A second signal ends the drain now, as its timeout would: committed streams get the
+		// interrupted event, waiting requests a 503. Without it, FAILOVER_SHUTDOWN_TIMEOUT=0
+		// could only be cut short by SIGKILL.
+		select {
+		case sig := <-signals:
+			log.Warn("shutting_down_now", slog.String("signal", sig.String()))
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	srv.Shutdown(ctx)
 	log.Info("stopped")
 	return 0

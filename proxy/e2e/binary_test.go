@@ -301,3 +301,46 @@ func TestTextLogFormat(t *testing.T) {
 		t.Fatalf("not the text log:\n%s", out)
 	}
 }
+
+// A second SIGTERM ends the drain at once, even without a shutdown timeout: the stream still
+// running gets the interrupted event and the process exits 0.
+func TestSecondSignalEndsTheDrain(t *testing.T) {
+	up, err := pt.New(pt.SSE(pt.ChatStream(time.Second, "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	addr, maddr := freePort(t), freePort(t)
+	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
+		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=0")
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	done := make(chan error, 1)
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("exited during the drain (%v) although the stream still runs", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second SIGTERM did not end the drain")
+	}
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), "stream_interrupted") {
+		t.Errorf("the stream did not end with the interrupted event: %q", rest)
+	}
+	if !strings.Contains(logs.String(), `"msg":"shutting_down_now"`) {
+		t.Errorf("log:\n%s", logs.String())
+	}
+}
