@@ -15,6 +15,6 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/failover .
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/failover /failover
 COPY --from=build /src/LICENSE /LICENSE
-USER nonroot:nonroot
+USER 65532:65532
 EXPOSE 4000 9464
 ENTRYPOINT ["/failover"]
