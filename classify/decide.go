@@ -61,10 +61,11 @@ const DefaultStatuses = "429,5xx"
 // Decide returns the verdict for one attempt's outcome, in SPEC section 4's order: client gone,
 // already committed, stop rules, success rules, no status, credentials and quota, statuses,
 // phrases, anything else stops. An answer without content (an empty body or stream, a chat
-// completion without choices; not a response that cannot have a body, Outcome.NoBody) is recoverable whatever the status list says, as an attempt
-// without an answer is. A recoverable outcome becomes a retry while the target has retries
-// left and the class is transient, a transfer otherwise; budgets are applied after, by Limit.
-// Decide never allocates.
+// completion without choices; not a response that cannot have a body, Outcome.NoBody) is
+// recoverable whatever the status list says, as an attempt without an answer is. A
+// recoverable outcome becomes a retry while the target has retries left and the class is
+// transient, a transfer otherwise; budgets are applied after, by Limit. Decide never
+// allocates.
 func (p *Policy) Decide(o *Outcome) Verdict {
 	if o.ClientGone {
 		return Verdict{Class: ClassCancelled, Action: ActionStop, Reason: ReasonCancelled, Status: 499}
