@@ -187,12 +187,14 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 }
 
 // SecretVariables returns the names of the variables in environ that hold secrets, so the
-// caller can remove them from the process environment once read.
+// caller can remove them from the process environment once read: keys, the inbound token,
+// _HEADERS, and a target _URL whose query or user part may carry a key (?key=..., as some
+// providers take it).
 func SecretVariables(environ []string) []string {
 	var names []string
 	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if isSecret(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		if isSecret(k) || strings.HasPrefix(k, envPrefix) && strings.HasSuffix(k, "_URL") && strings.ContainsAny(v, "?@") {
 			names = append(names, k)
 		}
 	}

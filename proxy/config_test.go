@@ -347,8 +347,9 @@ func TestNoSecretInErrorsOrDescribe(t *testing.T) {
 }
 
 func TestSecretVariables(t *testing.T) {
-	got := SecretVariables([]string{"FAILOVER_TARGET_0_API_KEY=x", "FAILOVER_INBOUND_TOKEN=y", "FAILOVER_TARGET_3_HEADERS=a=b", "FAILOVER_LISTEN=z", "HOME=/"})
-	if strings.Join(got, ",") != "FAILOVER_TARGET_0_API_KEY,FAILOVER_INBOUND_TOKEN,FAILOVER_TARGET_3_HEADERS" {
+	got := SecretVariables([]string{"FAILOVER_TARGET_0_API_KEY=x", "FAILOVER_INBOUND_TOKEN=y", "FAILOVER_TARGET_3_HEADERS=a=b", "FAILOVER_LISTEN=z", "HOME=/",
+		"FAILOVER_TARGET_1_URL=https://g.example/v1beta?key=k", "FAILOVER_TARGET_2_URL=https://api.example/v1"})
+	if strings.Join(got, ",") != "FAILOVER_TARGET_0_API_KEY,FAILOVER_INBOUND_TOKEN,FAILOVER_TARGET_3_HEADERS,FAILOVER_TARGET_1_URL" {
 		t.Fatalf("got %v", got)
 	}
 }
