@@ -205,6 +205,18 @@ func TestLimit(t *testing.T) {
 	}
 }
 
+// A transfer with no candidate left ends the request: exhausted when the policy chose the
+// transfer, stopped by FAILOVER_MAX_ELAPSED when that budget made it of a retry.
+func TestNoCandidate(t *testing.T) {
+	v := Verdict{Class: ClassServerError, Action: ActionTransfer, Reason: ReasonRetryableStatus, Status: 503, Wait: time.Second}
+	if got := NoCandidate(v, false); got.Action != ActionStop || got.Reason != ReasonExhausted || got.Wait != 0 || got.Class != ClassServerError || got.Status != 503 {
+		t.Errorf("policy transfer: %+v", got)
+	}
+	if got := NoCandidate(v, true); got.Action != ActionStop || got.Reason != ReasonElapsedLimit || got.Wait != 0 {
+		t.Errorf("retry refused by the elapsed budget: %+v", got)
+	}
+}
+
 func TestDecideAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are asserted without -race (sync.Pool drops items under the race detector)")

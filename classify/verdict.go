@@ -205,6 +205,18 @@ type Allowance struct {
 	RetryBudgetOK bool // the fleet-wide retry budget admits one more retry or transfer
 }
 
+// NoCandidate is the verdict for a transfer that found no candidate left (the proxy's sweep
+// knows; the decision is here). A transfer the policy chose ends the request as exhausted. A
+// transfer Limit made of a retry whose wait did not fit FAILOVER_MAX_ELAPSED (retryRefused) was
+// ended by that budget: without it the retry would have run.
+func NoCandidate(v Verdict, retryRefused bool) Verdict {
+	v.Action, v.Wait, v.Reason = ActionStop, 0, ReasonExhausted
+	if retryRefused {
+		v.Reason = ReasonElapsedLimit
+	}
+	return v
+}
+
 // Limit applies the budgets to a verdict that wants a retry or a transfer. A retry that the
 // elapsed budget cannot wait for becomes a transfer (which starts at once); a transfer beyond
 // a budget becomes a stop, and the current answer goes back. Other verdicts pass unchanged.

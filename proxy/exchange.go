@@ -308,9 +308,7 @@ func (ex *exchange) run() {
 				// A retry whose backoff no longer fits became a transfer.
 				pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
 				if !ok {
-					// No candidate is left to transfer to: the elapsed budget, which refused
-					// the retry, is what ends the request.
-					v.Action, v.Reason = classify.ActionStop, classify.ReasonElapsedLimit
+					v = classify.NoCandidate(v, true)
 					ex.reportLimit(a, v.Reason, s.clock.Now())
 				}
 			case v.Action != classify.ActionTransfer && looked && probe:
@@ -318,7 +316,7 @@ func (ex *exchange) run() {
 			}
 		}
 		if exhausted {
-			v.Action, v.Reason = classify.ActionStop, classify.ReasonExhausted
+			v = classify.NoCandidate(v, false)
 		}
 		ex.record(a, v)
 		switch {
