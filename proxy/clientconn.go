@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/llm-failover/failover/stream"
 )
 
 // clientListener wraps the proxy listener's connections in clientConn.
@@ -49,6 +52,9 @@ type clientConn struct {
 	ahead *readAhead  // bytes read but not yet returned; nil when none
 	rset  time.Time   // the read deadline on the socket (zero: none)
 	idle  atomic.Bool // waiting for a request's first byte (read by Server.closeIdleHandedBack)
+	// lineFamily is the family of the request line read last (requestLineFamily): the shape
+	// for an error fasthttp reports after it reset the request (431, a chunked 413).
+	lineFamily stream.Family
 
 	// The read-ahead's RawConn callback, made once (a closure per read would allocate), and
 	// what it reports.
@@ -130,7 +136,25 @@ func (c *clientConn) readInto(fd uintptr) bool {
 		n, err = -1, e
 	}
 	c.got, c.n, c.rerr = a, n, err
+	if n > 0 {
+		c.lineFamily = requestLineFamily(a.b[:n])
+	}
 	return true
+}
+
+// requestLineFamily is the family of the path in the request line at the start of b (Other
+// when b holds no whole one, or an absolute URI).
+func requestLineFamily(b []byte) stream.Family {
+	sp := bytes.IndexByte(b, ' ')
+	if sp < 0 {
+		return stream.Other
+	}
+	target := b[sp+1:]
+	end := bytes.IndexAny(target, " ?\r\n")
+	if end < 0 {
+		return stream.Other
+	}
+	return familyOf(target[:end])
 }
 
 // Write writes all of p (see rawSocket).

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llm-failover/failover/stream"
 )
 
 // loopbackPair returns both ends of a loopback TCP connection: the accepted one (accepted
@@ -192,5 +194,19 @@ func TestClientConnReadAllocs(t *testing.T) {
 	read() // the pool's first buffer
 	if n := testing.AllocsPerRun(200, read); n != 0 {
 		t.Fatalf("a request's reads allocate %.1f times, want 0", n)
+	}
+}
+
+func TestRequestLineFamily(t *testing.T) {
+	for line, want := range map[string]stream.Family{
+		"POST /v1/messages HTTP/1.1\r\nHost: x\r\n":            stream.Messages,
+		"POST /v1/chat/completions?api-version=1 HTTP/1.1\r\n": stream.Chat,
+		"GET /v1/models HTTP/1.1\r\n":                          stream.Other,
+		"POST /v1/messages":                                    stream.Other, // no end of the target yet
+		"P":                                                    stream.Other,
+	} {
+		if got := requestLineFamily([]byte(line)); got != want {
+			t.Errorf("%q: %v, want %v", line, got, want)
+		}
 	}
 }

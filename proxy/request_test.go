@@ -183,6 +183,33 @@ func TestUpstreamHopByHopAndFailoverHeadersStayBehind(t *testing.T) {
 	}
 }
 
+// The errors fasthttp reports after resetting the request (headers over 16 KiB, a chunked body
+// over the limit) still take the shape of the request's family: an Anthropic SDK on
+// /v1/messages gets its own error shape.
+func TestResetRequestErrorsKeepTheFamilyShape(t *testing.T) {
+	up := upstream(t)
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_REQUEST_BYTES=100"})...)
+	for name, req := range map[string]string{
+		"431":         "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 17<<10) + "\r\nContent-Length: 2\r\n\r\n{}",
+		"chunked 413": "POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1f4\r\n" + strings.Repeat("a", 500) + "\r\n0\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if !strings.HasPrefix(string(body), `{"type":"error","error":{"type":"api_error"`) {
+			t.Errorf("%s: %d %s, want the messages shape", name, resp.StatusCode, body)
+		}
+	}
+}
+
 func TestModelAndPathFilters(t *testing.T) {
 	openai := upstream(t, pt.JSON(200, `{"from":"openai"}`))
 	anth := upstream(t, pt.JSON(200, `{"from":"anthropic"}`))

@@ -321,6 +321,11 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	s.metrics.inflight.Add(1)
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
+	if cc, ok := ctx.Conn().(*clientConn); ok && len(ex.path) <= 1 {
+		// fasthttp reset the request before this handler (headers too large, a chunked body
+		// over the limit): the request line it came from still names the family.
+		ex.family = cc.lineFamily
+	}
 	ex.reject(status, code, msg)
 	ex.finish()
 }
