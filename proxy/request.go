@@ -80,14 +80,14 @@ func scanRequest(b []byte) requestFields {
 			return requestFields{modelStart: -1}
 		}
 		val := b[valStart:i]
-		switch string(key) {
-		case "model":
+		switch {
+		case jsonKeyIs(key, "model"):
 			if len(val) >= 2 && val[0] == '"' {
 				f.model, f.modelStart, f.modelEnd = val[1:len(val)-1], valStart, i
 			} else {
 				f.model, f.modelStart = nil, -1
 			}
-		case "stream":
+		case jsonKeyIs(key, "stream"):
 			f.stream = string(val) == "true"
 		}
 		i = skipWS(b, i)
@@ -106,6 +106,41 @@ func scanRequest(b []byte) requestFields {
 		}
 		i = skipWS(b, i+1)
 	}
+}
+
+// jsonKeyIs reports whether key, the contents of a valid JSON string literal as sent, decodes
+// to name (lower-case ASCII letters): "mod\u0065l" is "model" to every JSON parser, so it is to
+// the sidecar too. Without a backslash it is a plain comparison; with one, the escapes are
+// decoded as they are compared, without allocating.
+func jsonKeyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key) == name
+	}
+	j := 0
+	for i := 0; i < len(key); j++ {
+		c := rune(key[i])
+		i++
+		if c == '\\' {
+			if i >= len(key) {
+				return false
+			}
+			if key[i] != 'u' || i+5 > len(key) {
+				return false // any other escape (\n, \", ...) stands for a character no name has
+			}
+			c = 0
+			for _, h := range key[i+1 : i+5] {
+				if !isHex(h) {
+					return false
+				}
+				c = c<<4 | rune(unhex(h))
+			}
+			i += 5
+		}
+		if j >= len(name) || c != rune(name[j]) {
+			return false
+		}
+	}
+	return j == len(name)
 }
 
 func skipWS(b []byte, i int) int {

@@ -210,6 +210,25 @@ func TestResetRequestErrorsKeepTheFamilyShape(t *testing.T) {
 	}
 }
 
+// A "model" or "stream" key written with escapes is the same key to every JSON parser, so to
+// the sidecar too: the model filter, the substitution and the streaming decision see it.
+func TestEscapedKeys(t *testing.T) {
+	claude, gpt := upstream(t, pt.JSON(200, `{"from":"claude"}`)), upstream(t, pt.JSON(200, `{"from":"gpt"}`))
+	s := start(t, "FAILOVER_TARGET_0_URL="+claude.URL, "FAILOVER_TARGET_0_MODELS=claude-*",
+		"FAILOVER_TARGET_1_URL="+gpt.URL, "FAILOVER_TARGET_1_MODELS=gpt-4o*", "FAILOVER_TARGET_1_MODEL=gpt-4o-2024")
+	r := s.Post("/chat/completions", `{"mod\u0065l":"gpt-4o","messages":[]}`)
+	if string(r.Body) != `{"from":"gpt"}` || r.Header.Get("X-Failover-Model") != "gpt-4o-2024" {
+		t.Fatalf("%d %s, X-Failover-Model %q", r.Status, r.Body, r.Header.Get("X-Failover-Model"))
+	}
+	if got := string(gpt.Requests()[0].Body); got != `{"mod\u0065l":"gpt-4o-2024","messages":[]}` {
+		t.Errorf("substituted body %s", got)
+	}
+	s.Post("/chat/completions", `{"model":"gpt-4o","str\u0065am":true}`)
+	if rec := s.WaitLedger(2)[1]; rec["stream"] != true {
+		t.Errorf("an escaped stream key was not seen: %v", rec)
+	}
+}
+
 func TestModelAndPathFilters(t *testing.T) {
 	openai := upstream(t, pt.JSON(200, `{"from":"openai"}`))
 	anth := upstream(t, pt.JSON(200, `{"from":"anthropic"}`))
