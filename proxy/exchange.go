@@ -204,7 +204,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.head = ctx.IsHead()
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
-	ex.model = append(ex.model[:0], ex.fields.model...)
+	ex.model = appendJSONString(ex.model[:0], ex.fields.model)
 	ex.streaming = ex.fields.stream || containsFold(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
@@ -352,7 +352,7 @@ func (ex *exchange) selectCandidates() {
 	s := ex.srv
 	ex.eligible, ex.cands = ex.eligible[:0], ex.cands[:0]
 	for _, t := range s.targets {
-		if t.serves(ex.path, ex.fields.model) {
+		if t.serves(ex.path, ex.model) {
 			ex.eligible = append(ex.eligible, t.Index)
 		}
 	}

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/llm-failover/failover/stream"
 )
@@ -32,7 +34,7 @@ func hasPathPrefix(path []byte, prefix string) bool {
 // bytes, and where its string literal starts and ends, quotes included, for substitution) and
 // "stream". The body is scanned, not decoded. Model is a view into the body.
 type requestFields struct {
-	model      []byte // raw string contents (escapes kept as sent)
+	model      []byte // raw string contents (escapes kept as sent; exchange.model is decoded)
 	modelStart int    // index of the opening quote; -1 when there is no model string
 	modelEnd   int    // index just past the closing quote
 	stream     bool   // "stream": true
@@ -118,29 +120,82 @@ func jsonKeyIs(key []byte, name string) bool {
 	}
 	j := 0
 	for i := 0; i < len(key); j++ {
-		c := rune(key[i])
-		i++
-		if c == '\\' {
-			if i >= len(key) {
-				return false
-			}
-			if key[i] != 'u' || i+5 > len(key) {
-				return false // any other escape (\n, \", ...) stands for a character no name has
-			}
-			c = 0
-			for _, h := range key[i+1 : i+5] {
-				if !isHex(h) {
-					return false
-				}
-				c = c<<4 | rune(unhex(h))
-			}
-			i += 5
-		}
+		var c rune
+		c, i = nextJSONRune(key, i)
 		if j >= len(name) || c != rune(name[j]) {
 			return false
 		}
 	}
 	return j == len(name)
+}
+
+// appendJSONString appends the decoded contents of a valid JSON string literal (without its
+// quotes, as scanRequest found it): "openai\/gpt-4o" (PHP escapes every slash) and
+// "gpt\u002d4o" are openai/gpt-4o and gpt-4o to every JSON parser, so to the model filter and
+// the log too. A lone surrogate becomes U+FFFD, as encoding/json decodes it; bytes that are not
+// escapes are kept as sent.
+func appendJSONString(dst, s []byte) []byte {
+	if bytes.IndexByte(s, '\\') < 0 {
+		return append(dst, s...)
+	}
+	for i := 0; i < len(s); {
+		if s[i] != '\\' {
+			dst = append(dst, s[i])
+			i++
+			continue
+		}
+		var c rune
+		c, i = nextJSONRune(s, i)
+		if utf16.IsSurrogate(c) {
+			r := utf8.RuneError
+			if i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				if c2, j := nextJSONRune(s, i); utf16.DecodeRune(c, c2) != utf8.RuneError {
+					r, i = utf16.DecodeRune(c, c2), j
+				}
+			}
+			c = r
+		}
+		dst = utf8.AppendRune(dst, c)
+	}
+	return dst
+}
+
+// nextJSONRune decodes one byte or one escape of a valid JSON string's contents at s[i] and
+// returns it with the index past it. An escaped UTF-16 surrogate is returned as it is, for the
+// caller to pair; a truncated escape (not in a valid literal) yields U+FFFD and the end.
+func nextJSONRune(s []byte, i int) (rune, int) {
+	if s[i] != '\\' {
+		return rune(s[i]), i + 1
+	}
+	if i+1 >= len(s) {
+		return utf8.RuneError, len(s)
+	}
+	switch e := s[i+1]; e {
+	case 'b':
+		return '\b', i + 2
+	case 'f':
+		return '\f', i + 2
+	case 'n':
+		return '\n', i + 2
+	case 'r':
+		return '\r', i + 2
+	case 't':
+		return '\t', i + 2
+	case 'u':
+		if i+6 > len(s) {
+			return utf8.RuneError, len(s)
+		}
+		var c rune
+		for _, h := range s[i+2 : i+6] {
+			if !isHex(h) {
+				return utf8.RuneError, len(s)
+			}
+			c = c<<4 | rune(unhex(h))
+		}
+		return c, i + 6
+	default: // '"', '\\', '/'
+		return rune(e), i + 2
+	}
 }
 
 func skipWS(b []byte, i int) int {

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzScanRequest checks the request scanner against encoding/json: it says json=true
 // exactly for a body that is a valid JSON object; on such a body its model and stream are
-// the document's top-level "model" (raw string contents, escapes as sent) and "stream"
-// (the literal true), later duplicates winning; on any other body it reads nothing; and
-// substituting the model changes the model's string literal and not another byte. It never
-// panics. Seeds: testdata/fuzz/FuzzScanRequest.
+// the document's top-level "model" (raw string contents, escapes as sent, and decoded as
+// encoding/json decodes it) and "stream" (the literal true), later duplicates winning; on any
+// other body it reads nothing; and substituting the model changes the model's string literal
+// and not another byte. It never panics. Seeds: testdata/fuzz/FuzzScanRequest.
 func FuzzScanRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
@@ -22,6 +23,7 @@ func FuzzScanRequest(f *testing.F) {
 		`[]`,
 		`{"a":[1,{"b":"]"}],"stream":true}`,
 		`{"mod\u0065l":"gpt-4o","str\u0065am":true,"m\u006fdel\n":"x","model\u0000":"y"}`,
+		`{"model":"openai\/gpt\u002d4o \ud83d\ude00 \ud83d\u0041 \ude00 \"\\\b\f\n\r\t"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -47,6 +49,13 @@ func FuzzScanRequest(f *testing.F) {
 		}
 		if !hasModel {
 			return
+		}
+		var decoded string
+		if err := json.Unmarshal(body[got.modelStart:got.modelEnd], &decoded); err != nil {
+			t.Fatalf("the model literal: %v", err)
+		}
+		if dec := appendJSONString(nil, got.model); utf8.Valid(got.model) && string(dec) != decoded {
+			t.Fatalf("model decoded as %q, encoding/json decodes %q:\n%s", dec, decoded, show(body))
 		}
 		const sub = "fuzz-model"
 		out := appendSubstitutedBody(nil, body, &got, []byte(sub))
@@ -138,4 +147,23 @@ func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream bool) {
 		}
 	}
 	return model, hasModel, stream
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for raw, want := range map[string]string{
+		`plain`:            "plain",
+		`a\/b`:             "a/b",
+		`\"\\\b\f\n\r\t`:   "\"\\\b\f\n\r\t",
+		`\u00e9\u4e2d`:     "é中",
+		`\ud83d\ude00`:     "😀",
+		`x\ud83dy`:         "x\ufffdy",
+		`\ud83d\u0041`:     "\ufffdA",
+		`\ude00\ud83d`:     "\ufffd\ufffd",
+		`\ud83d`:           "\ufffd",
+		`caf\u00E9 \u002D`: "café -",
+	} {
+		if got := string(appendJSONString([]byte("<"), []byte(raw))); got != "<"+want {
+			t.Errorf("%s: %q, want %q", raw, got, "<"+want)
+		}
+	}
 }

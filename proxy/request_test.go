@@ -229,6 +229,28 @@ func TestEscapedKeys(t *testing.T) {
 	}
 }
 
+// A model value written with escapes is matched and logged as decoded: PHP's json_encode
+// writes every "/" as "\/", and "gpt\u002d4o" is gpt-4o to any JSON parser. The body goes
+// upstream as sent.
+func TestEscapedModelValues(t *testing.T) {
+	other, router := upstream(t, pt.JSON(200, `{"from":"other"}`)), upstream(t, pt.JSON(200, `{"from":"router"}`))
+	s := start(t, "FAILOVER_TARGET_0_URL="+other.URL, "FAILOVER_TARGET_0_MODELS=claude-*",
+		"FAILOVER_TARGET_1_URL="+router.URL, "FAILOVER_TARGET_1_MODELS=openai/gpt-4o*,gpt-4o")
+	for i, body := range []string{`{"model":"openai\/gpt-4o-mini"}`, `{"model":"gpt\u002d4o"}`} {
+		r := s.Post("/chat/completions", body)
+		if string(r.Body) != `{"from":"router"}` {
+			t.Fatalf("%s: %d %s", body, r.Status, r.Body)
+		}
+		if got := string(router.Requests()[i].Body); got != body {
+			t.Errorf("forwarded %s, sent %s", got, body)
+		}
+	}
+	recs := s.WaitLedger(2)
+	if recs[0]["model"] != "openai/gpt-4o-mini" || recs[1]["model"] != "gpt-4o" || recs[1]["served_model"] != "gpt-4o" {
+		t.Errorf("logged models %v / %v, %v", recs[0]["model"], recs[1]["model"], recs[1]["served_model"])
+	}
+}
+
 func TestModelAndPathFilters(t *testing.T) {
 	openai := upstream(t, pt.JSON(200, `{"from":"openai"}`))
 	anth := upstream(t, pt.JSON(200, `{"from":"anthropic"}`))
