@@ -154,6 +154,9 @@ func (ex *exchange) copyResponseHeaders() {
 	up := &ex.upResp.Header
 	h := &ex.ctx.Response.Header
 	up.CopyTo(h)
+	// CopyTo also copies the upstream header's own "no default Content-Type" flag, which is
+	// off: an answer without a Content-Type would reach the client as text/plain.
+	h.SetNoDefaultContentType(true)
 	dropHopByHop(h, up.PeekAll(stringConnection))
 	h.ResetConnectionClose()
 }

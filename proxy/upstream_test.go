@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,6 +73,39 @@ func TestWrittenRequestIsNotResentOnAPooledConnection(t *testing.T) {
 		recs := s.WaitLedger(2)
 		if l, _ := recs[1]["ledger"].([]any); len(l) != 1 || l[0].(map[string]any)["class"] != "reset" {
 			t.Errorf("fault %d: ledger %v, want one reset attempt", fault, recs[1]["ledger"])
+		}
+	}
+}
+
+// An upstream answer without a Content-Type reaches the client without one: the sidecar does
+// not invent text/plain (fasthttp's default), whether the answer was held whole or, past
+// FAILOVER_MAX_RESPONSE_BYTES, piped through.
+func TestAnswerWithoutContentTypeGetsNone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"data":"` + strings.Repeat("x", 4096) + `"}`
+	srv := &fasthttp.Server{
+		NoDefaultContentType: true,
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if strings.Contains(string(ctx.PostBody()), "big") {
+				ctx.SetBodyString(big)
+				return
+			}
+			ctx.SetBodyString(pt.ChatCompletion("hi"))
+		},
+	}
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { srv.Shutdown() })
+	s := start(t, "FAILOVER_TARGET_0_URL=http://"+ln.Addr().String()+"/v1", "FAILOVER_MAX_RESPONSE_BYTES=1KiB")
+	for _, body := range []string{chatBody, `{"model":"big"}`} {
+		r := s.Post("/chat/completions", body)
+		if r.Status != 200 || len(r.Body) < 20 {
+			t.Fatalf("%s: %d %s", body, r.Status, r.Body)
+		}
+		if ct, ok := r.Header["Content-Type"]; ok {
+			t.Errorf("%s: the answer has Content-Type %q, the upstream sent none", body, ct)
 		}
 	}
 }
