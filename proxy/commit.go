@@ -499,6 +499,6 @@ func (ex *exchange) finish() {
 		ex.subBody = nil
 	}
 	m.inflight.Add(-1)
-	s.active.Done()
+	s.active.Add(-1)
 	s.pool.Put(ex)
 }

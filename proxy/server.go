@@ -53,10 +53,13 @@ type Server struct {
 	maxResponse  int
 	peek         int
 
-	proxy   *fasthttp.Server
-	probes  *fasthttp.Server
-	pool    sync.Pool // *exchange
-	active  sync.WaitGroup
+	proxy  *fasthttp.Server
+	probes *fasthttp.Server
+	pool   sync.Pool // *exchange
+	// active counts the requests being served; Shutdown waits for it to reach zero. Not a
+	// sync.WaitGroup: a keep-alive connection may start a request while Shutdown waits, and
+	// a WaitGroup's Add from zero must happen before its Wait.
+	active  atomic.Int64
 	closing atomic.Bool // shutdown began: not ready, no new attempts after the current ones
 	// handedBack holds the client connections a clean stream gave back to the server
 	// (*clientConn, while ServeConn serves them): Shutdown closes those that wait idle.
@@ -161,10 +164,19 @@ func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) 
 // a request still waiting on an upstream gets a 503. It returns when every request is done.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closing.Store(true)
-	done := make(chan struct{})
+	done, quit := make(chan struct{}), make(chan struct{})
+	defer close(quit)
 	go func() {
-		s.active.Wait()
-		close(done)
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for s.active.Load() > 0 {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+		}
 	}()
 	// fasthttp closes an idle keep-alive connection at shutdown, but counts one it was handed
 	// with ServeConn (after a stream) as idle only 5 s after the handover: those are closed
