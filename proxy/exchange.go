@@ -331,10 +331,11 @@ func (ex *exchange) run() {
 			return
 		case v.Action == classify.ActionRetry:
 			ex.closeConn()
-			if !ex.sleep(v.Wait) {
+			if !ex.sleep(v.Wait) && ex.gone {
 				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, OutcomeCancelled)
 				return
 			}
+			// Slept, or the shutdown timeout cut the wait short: the loop's head answers that.
 			ex.probe = false
 			continue
 		}
@@ -517,8 +518,8 @@ func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
 	return OutcomeUpstreamError
 }
 
-// sleep waits d before a retry, watching the client; false when the client left (or the
-// sidecar is ending what remains at shutdown).
+// sleep waits d before a retry, watching the client; false when the client left (ex.gone) or
+// the sidecar is ending what remains at shutdown.
 func (ex *exchange) sleep(d time.Duration) bool {
 	start := time.Now()
 	defer func() { ex.waited += time.Since(start) }()

@@ -367,3 +367,32 @@ func readAll(resp *http.Response) (string, error) {
 		}
 	}
 }
+
+// The shutdown timeout passing while a request waits out a backoff before a retry ends it as
+// the shutdown does a request waiting on an upstream: a 503 the client can act on, not the
+// record of a client that went away (499, cancelled) and a connection closed without answer.
+func TestShutdownTimeoutDuringABackoff(t *testing.T) {
+	up := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 3"), pt.JSON(200, pt.ChatCompletion("late")))
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1"})...)
+	go func() {
+		// The attempt's record is logged before the wait begins (and reading the log orders
+		// this goroutine after the request's start, as Shutdown's WaitGroup requires).
+		for !strings.Contains(s.Log.String(), `"msg":"attempt"`) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // the request is waiting out its Retry-After
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		s.Srv.Shutdown(ctx)
+	}()
+	r := s.Post("/chat/completions", chatBody)
+	if r.Status != 503 || !strings.Contains(string(r.Body), `"code":"shutting_down"`) {
+		t.Errorf("client got %d %q, want 503 shutting_down", r.Status, r.Body)
+	}
+	if up.Calls() != 1 {
+		t.Errorf("the target was called %d times, want 1: no retry after the shutdown timeout", up.Calls())
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] == "cancelled" || rec["status"].(float64) != 503 {
+		t.Errorf("ledger %v", rec)
+	}
+}
