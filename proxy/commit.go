@@ -316,12 +316,22 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 		return p.finishBody(w, io.EOF)
 	}
 	idle := ex.srv.cfg.Server.IdleTimeout
+	// A non-streaming request's answer (past the response buffer, or an image) is still one
+	// attempt, which FAILOVER_ATTEMPT_TIMEOUT bounds whole, whatever the idle timeout says.
+	var end time.Time
+	if !ex.streaming {
+		end = deadlineAfter(p.a.start, ex.srv.cfg.Server.AttemptTimeout)
+	}
 	for {
 		if ex.srv.abort.Load() {
 			return p.interrupt(w, "the sidecar is shutting down")
 		}
 		if !body.done && body.err == nil {
-			if err := ex.waitIdle(c, deadlineAfter(time.Now(), idle)); err != nil {
+			deadline := deadlineAfter(time.Now(), idle)
+			if !end.IsZero() && (deadline.IsZero() || end.Before(deadline)) {
+				deadline = end
+			}
+			if err := ex.waitIdle(c, deadline); err != nil {
 				return p.finishBody(w, err)
 			}
 		}

@@ -606,13 +606,14 @@ func (ex *exchange) do(a *attempt) {
 	var c *upConn
 	for tries := 0; ; tries++ {
 		var err error
-		if c, err = t.pool.get(a.start); err != nil {
+		if c, err = t.pool.get(a.start, ex.goneFn, ex.stopFn); err != nil {
 			ex.fail(a, err)
 			return
 		}
-		if err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline); err != nil {
+		c.rd.watchFrom(a.start)
+		if err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.goneFn, ex.stopFn); err != nil {
 			c.close()
-			if c.reused && tries == 0 {
+			if c.reused && tries == 0 && err != errClientGone && err != errShutdown {
 				// A pooled connection the far side had closed refused the request, so no
 				// server read it whole: once more, on a fresh connection. Once a request is
 				// written, a failure is the attempt's (the server may be generating).

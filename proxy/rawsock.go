@@ -33,6 +33,7 @@ type rawSocket struct {
 	wbuf    []byte
 	wn      int
 	werr    error
+	nowait  bool // tryWrite: a full send buffer ends the write instead of waiting
 }
 
 func (s *rawSocket) init(raw syscall.RawConn) {
@@ -98,6 +99,14 @@ func (s *rawSocket) write(p []byte) (int, error) {
 	return n, nil
 }
 
+// tryWrite writes what of p the socket takes now, without waiting for room.
+func (s *rawSocket) tryWrite(p []byte) (int, error) {
+	s.nowait = true
+	n, err := s.write(p)
+	s.nowait = false
+	return n, err
+}
+
 func (s *rawSocket) writeAll(fd uintptr) bool {
 	for s.wn < len(s.wbuf) {
 		n, e := sysWrite(fd, s.wbuf[s.wn:])
@@ -109,7 +118,7 @@ func (s *rawSocket) writeAll(fd uintptr) bool {
 			return true
 		case e == syscall.EINTR:
 		case e == syscall.EAGAIN:
-			return false
+			return s.nowait
 		default:
 			s.werr = os.NewSyscallError("write", e)
 			return true

@@ -126,10 +126,13 @@ func (c *upConn) close() {
 // pollReader is what an upstream connection's buffered reader reads through. It cuts every
 // blocking read into slices of pollInterval, so a read blocked anywhere (waiting for the
 // status line, halfway through the headers, inside a chunk's framing) still ends at the
-// attempt's deadline, when the client leaves, or at the shutdown timeout. A slice that ends
-// without data is never seen by fasthttp's parsers, only those three endings are; the reader
-// records which one it was in why, because the parsers wrap the error they get
-// (fasthttp.ErrBrokenChunk does not unwrap). Owned by the attempt using the connection.
+// attempt's deadline, when the client leaves, or at the shutdown timeout. The watchers are
+// also asked once per pollInterval of reads that do find data: an upstream that keeps sending
+// (keep-alive comments, whitespace, a slow body) never lets a slice end empty, and must not
+// keep a request whose client left going until it is done. A slice that ends without data is
+// never seen by fasthttp's parsers, only those three endings are; the reader records which one
+// it was in why, because the parsers wrap the error they get (fasthttp.ErrBrokenChunk does not
+// unwrap). Owned by the attempt using the connection.
 type pollReader struct {
 	conn     net.Conn
 	sock     *rawSocket  // reads conn's socket when not nil (not under TLS)
@@ -138,7 +141,12 @@ type pollReader struct {
 	stop     func() bool // the shutdown timeout passed
 	why      error       // errDeadline, errClientGone or errShutdown once a read gave up
 	set      time.Time   // the read deadline last set on conn
+	watched  time.Time   // when the watchers were last asked (or the attempt began: watchFrom)
 }
+
+// watchFrom starts an attempt's reads: the watchers are next asked pollInterval after t, or
+// earlier when a slice ends empty.
+func (r *pollReader) watchFrom(t time.Time) { r.watched = t }
 
 // arm sets the deadline and the watchers for the reads that follow.
 func (r *pollReader) arm(deadline time.Time, gone, stop func() bool) {
@@ -200,6 +208,11 @@ func (r *pollReader) slice() error {
 		r.why = errDeadline
 		return errDeadline
 	}
+	if now.Sub(r.watched) >= pollInterval {
+		if err := r.expired(); err != nil {
+			return err
+		}
+	}
 	// The deadline already set serves while it leaves at least half a slice and does not
 	// pass the wait's own deadline: a read that finds its data at once (the common case)
 	// then costs no deadline update, which takes a lock and moves a runtime timer.
@@ -215,8 +228,10 @@ func (r *pollReader) slice() error {
 	return nil
 }
 
-// expired is called when a slice ended without data: the reason to stop waiting, or nil.
+// expired is called when a slice ended without data, and once per pollInterval of reads that
+// found some: the reason to stop waiting, or nil.
 func (r *pollReader) expired() error {
+	r.watched = time.Now()
 	switch {
 	case r.gone != nil && r.gone():
 		r.why = errClientGone
@@ -251,14 +266,15 @@ func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 	return &pool{addr: addr, tlsConfig: tlsConfig, connectTimeout: connectTimeout}
 }
 
-// get returns a live idle connection or dials a new one.
-func (p *pool) get(now time.Time) (*upConn, error) {
+// get returns a live idle connection or dials a new one; a dial ends early, with their
+// error, when gone or stop says so (either may be nil).
+func (p *pool) get(now time.Time, gone, stop func() bool) (*upConn, error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
 		if n == 0 {
 			p.mu.Unlock()
-			return p.dial()
+			return p.dial(gone, stop)
 		}
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
@@ -315,14 +331,31 @@ type dialError struct {
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// dial connects within FAILOVER_CONNECT_TIMEOUT: one deadline for TCP and TLS together.
-func (p *pool) dial() (*upConn, error) {
+// dial connects within FAILOVER_CONNECT_TIMEOUT: one deadline for TCP and TLS together. It
+// gives up at once, with errClientGone or errShutdown, when gone or stop says so: no
+// connection is worth finishing for a client that left.
+func (p *pool) dial(gone, stop func() bool) (*upConn, error) {
 	var deadline time.Time
 	if p.connectTimeout > 0 {
 		deadline = time.Now().Add(p.connectTimeout)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := startWatch(gone, stop, cancel)
+	c, err := p.connect(ctx, deadline)
+	if why := w.end(); why != nil {
+		if c != nil {
+			c.close()
+		}
+		return nil, why
+	}
+	return c, err
+}
+
+// connect dials and, for https, shakes hands, until deadline or until ctx ends.
+func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error) {
 	d := net.Dialer{Deadline: deadline, KeepAlive: 30 * time.Second}
-	conn, err := d.DialContext(context.Background(), "tcp", p.addr)
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
@@ -336,7 +369,7 @@ func (p *pool) dial() (*upConn, error) {
 	if p.tlsConfig != nil {
 		tc := tls.Client(conn, p.tlsConfig)
 		tc.SetDeadline(deadline)
-		if err := tc.Handshake(); err != nil {
+		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
 			return nil, &dialError{err: err, tls: true}
 		}
@@ -358,8 +391,9 @@ func (p *pool) dial() (*upConn, error) {
 // maxCopiedBody is copied behind the head in a buffer lent for the write (nothing of the
 // body stays with the exchange, which a committed stream keeps), a larger one is sent from
 // where it is with the head in one writev (on TLS, net.Buffers writes them one after the
-// other).
-func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
+// other). A write that has to wait for the upstream to read (a large prompt, a target that
+// does not read) ends at once, with errClientGone or errShutdown, when gone or stop says so.
+func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop func() bool) error {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
 	if !keepDeadline(c.wset, deadline, min(deadlineSlack, time.Until(deadline)/16)) {
@@ -368,12 +402,11 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	}
 	switch {
 	case len(body) == 0:
-		_, err := c.write(head)
-		return err
+		return c.writeWatched(head, gone, stop)
 	case len(body) <= maxCopiedBody:
 		bp := requestBuffers.Get().(*[]byte)
 		b := append(append((*bp)[:0], head...), body...)
-		_, err := c.write(b)
+		err := c.writeWatched(b, gone, stop)
 		if cap(b) <= 2*maxCopiedBody {
 			*bp = b[:0]
 			requestBuffers.Put(bp)
@@ -382,9 +415,86 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time) error {
 	}
 	c.iov = [2][]byte{head, body}
 	c.bufs = c.iov[:] // WriteTo consumes the slice, not the array
+	w := startWatch(gone, stop, c.abortWrite)
 	_, err := c.bufs.WriteTo(c.conn)
 	c.iov, c.bufs = [2][]byte{}, nil
+	if why := w.end(); why != nil {
+		return why
+	}
 	return err
+}
+
+// writeWatched writes p: at once when the socket takes it whole, as it takes a request up to
+// maxCopiedBody but for a target that has stopped reading; else it waits for the rest, watched
+// by gone and stop. Under TLS (no raw socket to try) the write is not watched.
+func (c *upConn) writeWatched(p []byte, gone, stop func() bool) error {
+	if c.raw == nil {
+		_, err := c.conn.Write(p)
+		return err
+	}
+	n, err := c.sock.tryWrite(p)
+	if err != nil || n == len(p) {
+		return err
+	}
+	w := startWatch(gone, stop, c.abortWrite)
+	_, err = c.sock.write(p[n:])
+	if why := w.end(); why != nil {
+		return why
+	}
+	return err
+}
+
+// abortWrite ends a write blocked on c (from the goroutine of a watch): the connection is
+// dropped after it.
+func (c *upConn) abortWrite() {
+	c.conn.SetWriteDeadline(time.Unix(1, 0)) //nolint:errcheck // a closed connection has no write to end
+}
+
+// watch asks a client's watchers (it left; the shutdown timeout passed) every pollInterval,
+// from a goroutine of its own, while a call that cannot wait in slices as reads do is blocked:
+// a dial, a TLS handshake, a request write (a tls.Conn whose write timed out is broken for
+// good). When one says stop, it calls abort once. It starts a goroutine: only for calls that
+// already cost far more (a dial) or that already wait.
+type watch struct {
+	quit chan struct{}
+	done chan struct{}
+	why  error // errClientGone or errShutdown once abort was called
+}
+
+// startWatch starts watching gone and stop (either may be nil) for a call abort ends.
+func startWatch(gone, stop func() bool, abort func()) *watch {
+	w := &watch{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(pollInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.quit:
+				return
+			case <-tick.C:
+			}
+			switch {
+			case gone != nil && gone():
+				w.why = errClientGone
+			case stop != nil && stop():
+				w.why = errShutdown
+			default:
+				continue
+			}
+			abort()
+			return
+		}
+	}()
+	return w
+}
+
+// end stops the watch and reports why it ended the call (nil: it did not). After end, what
+// the watchers touched is the caller's again.
+func (w *watch) end() error {
+	close(w.quit)
+	<-w.done
+	return w.why
 }
 
 // write writes p on the connection: through rawSocket on TCP.

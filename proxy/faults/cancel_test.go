@@ -47,8 +47,29 @@ func leaveRows() []leave {
 		{name: "slow stream after content (committed)", fam: chatSSE, steps: script(pt.SSE(pt.ChatStream(200*time.Millisecond, "Hello", " from", " a", " slow", " target", " that", " goes", " on")...)),
 			extra: long, until: pt.ChatDelta("Hello"), stalled: true},
 		{name: "waiting out a Retry-After before a retry", fam: chatJSON, steps: script(pt.RateLimited(pt.RetryAfterSeconds(4)), okJSON), extra: retryAfter},
+		// The upstream keeps sending (whitespace before a JSON body, keep-alive comments before
+		// content) faster than the sidecar's poll slice, so no wait ever times out: the client
+		// leaving must be seen all the same.
+		{name: "steady whitespace before the body", fam: chatJSON, steps: script(keptAlive(okJSON, " ")), extra: long, stalled: true},
+		{name: "steady keep-alive comments before content", fam: chatSSE, steps: script(keptAlive(okSSE, ": keep-alive\n\n")), extra: long, stalled: true},
 		{name: "waiting out a Retry-After before a retry", fam: chatSSE, steps: script(pt.RateLimited(pt.RetryAfterSeconds(4)), okSSE), extra: retryAfter},
 	}
+}
+
+// keptAlive returns ok as a chunked answer that first sends filler every 50 ms for 4 s: a
+// target that is alive and busy (a provider's keep-alive while it generates), well within the
+// timeouts, and never silent for a whole poll slice.
+func keptAlive(ok pt.Step, filler string) pt.Step {
+	var chunks []pt.Chunk
+	for range 80 {
+		chunks = append(chunks, pt.Chunk{Data: filler, Delay: 50 * time.Millisecond})
+	}
+	if len(ok.Chunks) > 0 {
+		ok.Chunks = append(chunks, ok.Chunks...)
+		return ok
+	}
+	ok.Chunks, ok.Body = append(chunks, pt.Chunk{Data: ok.Body}), ""
+	return ok
 }
 
 // TestClientLeaves: when the client goes away, no attempt starts after it left, the upstream
