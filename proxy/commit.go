@@ -21,10 +21,8 @@ var errShutdown = errors.New("the sidecar is shutting down")
 // body piped from the upstream (an SSE stream, an image, a response past the buffer).
 func (ex *exchange) commit(a *attempt, outcome Outcome) {
 	ctx := ex.ctx
-	ex.outcome, ex.status, ex.servedBy = outcome, a.status, a.t
-	if a.t.model != nil && ex.fields.modelStart >= 0 {
-		ex.servedModel = a.t.model
-	}
+	ex.outcome, ex.status = outcome, a.status
+	ex.served(a.t)
 	ex.copyResponseHeaders()
 	ctx.SetStatusCode(a.status)
 	ex.setFailoverHeaders(a.t)
@@ -82,12 +80,11 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			a.status = status
 			ex.commit(a, outcome)
 			ex.status = status
-			ex.servedBy = a.t
 			return
 		}
-		ex.servedBy = a.t
+		ex.served(a.t)
 	case classify.KindStreamError:
-		ex.servedBy = a.t
+		ex.served(a.t)
 		if scanErrorShape(a.body) {
 			ctx.SetStatusCode(v.Status)
 			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
@@ -96,7 +93,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			writeError(ctx, ex.family, v.Status, codeStreamError, "the provider's stream failed before any output")
 		}
 	case classify.KindStreamEmpty:
-		ex.servedBy = a.t
+		ex.served(a.t)
 		writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned an empty stream")
 	default: // no HTTP answer
 		code, msg := codeUnreachable, "no target could be reached ("+v.Class.String()+")"
@@ -112,6 +109,16 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 	}
 	ex.setFailoverHeaders(ex.servedBy)
 	ex.closeConn()
+}
+
+// served records that target t answered: its answer, or the sidecar's error about it, goes
+// back. When t substituted the model, that is the model the answer was produced for
+// (X-Failover-Model, served_model), whether the answer is a success or not.
+func (ex *exchange) served(t *Target) {
+	ex.servedBy = t
+	if t.model != nil && ex.fields.modelStart >= 0 {
+		ex.servedModel = t.model
+	}
 }
 
 // scanErrorShape reports whether an in-stream error payload is already an error document an
@@ -234,6 +241,12 @@ func (ex *exchange) startStream(a *attempt) {
 	}
 	ex.reqBody, ex.upBody = nil, nil // released with the request context; no attempt follows a commit
 	ex.committedStream = true
+	// Whatever verdict let it out (a commit, or a stop or an exhausted sweep whose answer is
+	// larger than the response buffer), a piped answer is committed: its bytes reach the client
+	// before the upstream is done, and a failure from here on ends it as interrupted.
+	if r := ex.ledger.last(); r != nil {
+		r.phase = PhaseCommitted
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(ex.hijackFn)
 }

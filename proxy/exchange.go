@@ -239,11 +239,12 @@ func validRequestID(id []byte) bool {
 	return true
 }
 
-// reject answers with a sidecar error before any attempt.
+// reject answers with a sidecar error of its own: before any attempt, or after some when the
+// shutdown timeout ends the sweep. X-Failover-Attempts says how many were made (0 before any).
 func (ex *exchange) reject(status int, code, message string) {
 	ex.outcome, ex.status = OutcomeRejected, status
 	writeError(ex.ctx, ex.family, status, code, message)
-	ex.ctx.Response.Header.SetBytesKV(headerRequestID, ex.requestID)
+	ex.setFailoverHeaders(nil)
 }
 
 // run is the attempt loop: candidates, attempts, verdicts (SPEC sections 4 and 5).

@@ -141,6 +141,24 @@ func TestExhaustionReturnsTheLastError(t *testing.T) {
 	}
 }
 
+// The last error, when it is larger than FAILOVER_MAX_RESPONSE_BYTES, goes back piped like a
+// committed stream; broken on the way, it ends as partial, and its ledger entry says committed.
+func TestExhaustionPastTheResponseBufferIsCommitted(t *testing.T) {
+	big := pt.JSON(503, pt.OpenAIError(strings.Repeat("the server is overloaded ", 200), "server_error", ""))
+	big.Fault, big.FaultBytes = pt.FaultResetAfter, strings.Index(string(big.Raw()), "\r\n\r\n")+4+2048
+	up := upstream(t, big)
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_RESPONSE_BYTES=1KiB"})...)
+	r := s.Post("/chat/completions", chatBody)
+	if r.Status != 503 || r.Err == nil || !bytes.HasPrefix(big.BodyBytes(), r.Body) {
+		t.Fatalf("got %d (%d bytes, err %v), want the first bytes of the 503 and a broken body", r.Status, len(r.Body), r.Err)
+	}
+	rec := s.WaitLedger(1)[0]
+	last := rec["ledger"].([]any)[0].(map[string]any)
+	if rec["outcome"] != "partial" || last["class"] != "interrupted" || last["phase"] != "committed" {
+		t.Errorf("outcome %v, attempt %v: want partial, interrupted in phase committed", rec["outcome"], last)
+	}
+}
+
 func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
 	s := start(t, targets(pt.RefusedURL(), pt.RefusedURL())...)
 	r := s.Post("/chat/completions", chatBody)
@@ -366,6 +384,39 @@ func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
 	}
 	if rec := plain.Ledger()[0]; rec["model"] == nil || rec["served_model"] != rec["model"] {
 		t.Errorf("model %v, served_model %v: want the requested model served", rec["model"], rec["served_model"])
+	}
+}
+
+// Whatever the answer of a target that substitutes the model (its success, its error passed
+// through, or the sidecar's error about its empty or failed answer), the client's
+// X-Failover-Model and the record's served_model name the model it was asked for.
+func TestSubstitutedModelIsReportedOnEveryAnswer(t *testing.T) {
+	tests := []struct {
+		name       string
+		step       pt.Step
+		body       string
+		wantStatus int
+	}{
+		{"an error passed through", pt.JSON(400, pt.OpenAIError("bad", "invalid_request_error", "")), chatBody, 400},
+		{"a 200 with an empty body", pt.JSON(200, ""), chatBody, 502},
+		{"an in-stream error before content", pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("The server had an error", "server_error", "server_error"))...), streamBody, 500},
+		{"an empty stream", pt.SSE(pt.Events(0, pt.ChatRole, pt.Done)...), streamBody, 502},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, tc.step)
+			s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_MODEL=claude-sonnet-4"})...)
+			r := s.Post("/chat/completions", tc.body)
+			if r.Status != tc.wantStatus || r.Header.Get("X-Failover-Target") != "t0" {
+				t.Fatalf("got %d from %q, want %d from t0", r.Status, r.Header.Get("X-Failover-Target"), tc.wantStatus)
+			}
+			if got := r.Header.Get("X-Failover-Model"); got != "claude-sonnet-4" {
+				t.Errorf("X-Failover-Model %q, want the substituted model", got)
+			}
+			if rec := s.WaitLedger(1)[0]; rec["served_model"] != "claude-sonnet-4" || rec["model"] != "gpt-4o-mini" {
+				t.Errorf("model %v, served_model %v: want gpt-4o-mini served as claude-sonnet-4", rec["model"], rec["served_model"])
+			}
+		})
 	}
 }
 

@@ -293,6 +293,45 @@ func TestSizeLimits(t *testing.T) {
 	}
 }
 
+// The sidecar's own refusals carry the response headers of every answer: X-Request-Id and
+// X-Failover-Attempts (none made), in the family's error shape.
+func TestRefusalsCarryTheFailoverHeaders(t *testing.T) {
+	tests := []struct {
+		name, path, body, header string
+		wantStatus               int
+		wantCode                 string
+	}{
+		{"401 without the inbound token", "/v1/chat/completions", chatBody, "", 401, "unauthorized"},
+		{"404 when no target serves the model", "/v1/chat/completions", `{"model":"llama-3"}`, "Authorization: Bearer tok", 404, "no_target"},
+		{"404 outside /v1/", "/admin", "{}", "Authorization: Bearer tok", 404, "not_found"},
+		{"413 over the body limit", "/v1/messages", `{"model":"gpt-4o","pad":"` + strings.Repeat("a", 2048) + `"}`, "Authorization: Bearer tok", 413, "request_too_large"},
+	}
+	up := upstream(t)
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=tok", "FAILOVER_TARGET_0_MODELS=gpt-4o*", "FAILOVER_MAX_REQUEST_BYTES=1KiB"})...)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest("POST", "http://"+s.Addr+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Request-Id", "refused-1")
+			if k, v, ok := strings.Cut(tc.header, ": "); ok {
+				req.Header.Set(k, v)
+			}
+			r := s.Do(req)
+			if r.Status != tc.wantStatus || !strings.Contains(string(r.Body), `"code":"`+tc.wantCode+`"`) {
+				t.Fatalf("got %d %s, want %d %s", r.Status, r.Body, tc.wantStatus, tc.wantCode)
+			}
+			if r.Header.Get("X-Request-Id") != "refused-1" || r.Header.Get("X-Failover-Attempts") != "0" || r.Header.Get("X-Failover-Target") != "" {
+				t.Errorf("headers %v, want X-Request-Id refused-1, X-Failover-Attempts 0 and no X-Failover-Target", r.Header)
+			}
+		})
+	}
+	if up.Calls() != 0 {
+		t.Errorf("%d upstream calls", up.Calls())
+	}
+}
+
 func TestNonProxiedPaths(t *testing.T) {
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
