@@ -205,6 +205,7 @@ type pipe struct {
 	tail      []byte // the final error event, once the stream is interrupted
 
 	interrupted bool
+	cut         bool // the sidecar interrupted it (the shutdown timeout): no failure of the target's
 }
 
 // startStream sends attempt a's answer as a stream: headers now, the body from the stream
@@ -337,6 +338,7 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	}
 	for {
 		if ex.srv.abort.Load() {
+			p.cut = true
 			return p.interrupt(w, "the sidecar is shutting down")
 		}
 		if !body.done && body.err == nil {
@@ -372,6 +374,7 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	case err == errDeadline:
 		return p.interrupt(w, "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
 	case err == errShutdown:
+		p.cut = true
 		return p.interrupt(w, "the sidecar is shutting down")
 	case err != io.EOF:
 		return p.interrupt(w, "the upstream connection failed after output began")
@@ -471,7 +474,7 @@ func (p *pipe) end(clientLeft bool) {
 	case p.interrupted:
 		ex.outcome = OutcomePartial
 	}
-	if v.Health == classify.HealthFailure {
+	if v.Health == classify.HealthFailure && !p.cut {
 		if ejected, d := p.a.t.health.Failure(s.clock.Now()); ejected {
 			ex.ejected(p.a, d, "stream_interrupted")
 		}

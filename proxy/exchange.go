@@ -96,6 +96,7 @@ type attempt struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
 	commitReason  stream.CommitReason
+	cut           bool // the shutdown timeout ended the attempt's wait: nothing is known of the target
 }
 
 var (
@@ -279,6 +280,15 @@ func (ex *exchange) run() {
 		a := &ex.cur
 		*a = attempt{t: t, n: n}
 		ex.do(a)
+		if a.cut {
+			// The sidecar, not the target, ended this attempt: like a client leaving, it has no
+			// health effect and is no failure to recover from; the loop's first check answers.
+			if ex.probe {
+				t.health.Release()
+			}
+			ex.record(a, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
+			continue
+		}
 		o := classify.Outcome{
 			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
@@ -336,7 +346,8 @@ func (ex *exchange) run() {
 				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, OutcomeCancelled)
 				return
 			}
-			// Slept, or the shutdown timeout cut the wait short: the loop's head answers that.
+			// A wait the shutdown timeout cut short goes round once more: the loop's first
+			// check answers 503, as for any request still waiting (the client is still there).
 			ex.probe = false
 			continue
 		}
@@ -607,12 +618,18 @@ func (ex *exchange) do(a *attempt) {
 	var c *upConn
 	for tries := 0; ; tries++ {
 		var err error
-		if c, err = t.pool.get(a.start, ex.goneFn, ex.stopFn); err != nil {
+		var dialed time.Duration
+		c, dialed, err = t.pool.get(a.start, ex.goneFn, ex.stopFn)
+		ex.waited += dialed // connecting (TCP and TLS) is the target's time, not the sidecar's
+		if err != nil {
 			ex.fail(a, err)
 			return
 		}
 		c.rd.watchFrom(a.start)
-		if err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.goneFn, ex.stopFn); err != nil {
+		var wrote time.Duration
+		wrote, err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.goneFn, ex.stopFn)
+		ex.waited += wrote // a write that had to wait waited for the target to read
+		if err != nil {
 			c.close()
 			if c.reused && tries == 0 && err != errClientGone && err != errShutdown {
 				// A pooled connection the far side had closed refused the request, so no
@@ -696,7 +713,7 @@ func (ex *exchange) fail(a *attempt, err error) {
 		ex.gone = true
 		a.transport = classify.TransportOther
 	case errShutdown:
-		a.transport = classify.TransportOther
+		a.transport, a.cut = classify.TransportOther, true
 	default:
 		a.transport = transportOf(err)
 		// For least-latency a failure is a slow sample, never a fast one: a refused or reset

@@ -297,22 +297,40 @@ func TestOverheadExcludesUpstreamTime(t *testing.T) {
 	const upstreamTime = 300 * time.Millisecond
 	slow := pt.JSON(200, pt.ChatCompletion("slow"))
 	slow.Delay = upstreamTime
+	answering := func(step pt.Step) func(t *testing.T) []string {
+		return func(t *testing.T) []string { return targets(upstream(t, step).URL) }
+	}
 	tests := []struct {
-		name string
-		step pt.Step
-		body string
+		name    string
+		targets func(t *testing.T) []string // the targets' environment
+		path    string
+		body    string
 	}{
-		{"non-streaming answer after a delay", slow, chatBody},
+		{"non-streaming answer after a delay", answering(slow), "/chat/completions", chatBody},
 		// role at 0, then content every 100 ms: finish at 300 ms, [DONE] at 400 ms.
-		{"stream spread over time", pt.SSE(pt.ChatStream(100*time.Millisecond, "one", "two")...), streamBody},
+		{"stream spread over time", answering(pt.SSE(pt.ChatStream(100*time.Millisecond, "one", "two")...)), "/chat/completions", streamBody},
+		// Connecting is waiting on the target too: a connect that stalls until
+		// FAILOVER_CONNECT_TIMEOUT, then the next target.
+		{"connect stall, then a transfer", func(t *testing.T) []string {
+			stalled, err := pt.NewStalledListener()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stalled.Close)
+			return env(targets(stalled.URL, upstream(t).URL), []string{"FAILOVER_CONNECT_TIMEOUT=" + upstreamTime.String()})
+		}, "/chat/completions", chatBody},
+		// A body too large for the socket buffers is written as fast as the target reads it
+		// (not JSON, as an audio upload: the sidecar only forwards it).
+		{"large body the target is slow to read", func(t *testing.T) []string {
+			return targets(slowReader(t, upstreamTime))
+		}, "/audio/transcriptions", strings.Repeat("x", 16<<20)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up := upstream(t, tc.step)
-			s := start(t, targets(up.URL)...)
+			s := start(t, tc.targets(t)...)
 			const n = 1
 			for range n {
-				if r := s.Post("/chat/completions", tc.body); r.Status != 200 || r.Err != nil {
+				if r := s.Post(tc.path, tc.body); r.Status != 200 || r.Err != nil {
 					t.Fatalf("status %d err %v", r.Status, r.Err)
 				}
 			}
@@ -321,7 +339,10 @@ func TestOverheadExcludesUpstreamTime(t *testing.T) {
 			if c := metric(page, `failover_overhead_seconds_count`); c != n {
 				t.Fatalf("overhead count %v, want %d", c, n)
 			}
-			total := metric(page, `failover_request_duration_seconds_sum{family="chat"}`)
+			total := 0.0
+			for _, family := range []string{"chat", "other"} {
+				total += metric(page, `failover_request_duration_seconds_sum{family="`+family+`"}`)
+			}
 			overhead := metric(page, `failover_overhead_seconds_sum`)
 			if total < n*upstreamTime.Seconds() {
 				t.Fatalf("request duration sum %vs for %d requests of at least %v each", total, n, upstreamTime)
@@ -335,9 +356,40 @@ func TestOverheadExcludesUpstreamTime(t *testing.T) {
 	}
 }
 
+// slowReader starts a target that reads nothing of a request for d, then reads it whole and
+// answers a small chat completion; it returns its base URL.
+func slowReader(t *testing.T, d time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				time.Sleep(d)
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body) //nolint:errcheck // the answer follows either way
+				body := pt.ChatCompletion("ok")
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/v1"
+}
+
 func TestShutdownTimeoutInterruptsAStream(t *testing.T) {
 	up := upstream(t, pt.SSE(pt.ChatStream(400*time.Millisecond, "one", "two", "three", "four", "five", "six")...))
-	s := start(t, targets(up.URL)...)
+	// One failure would eject: the sidecar cutting the stream must not count as one.
+	s := start(t, env(targets(up.URL), []string{"FAILOVER_EJECT_AFTER=1"})...)
 	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
 	resp, err := sidecar.Client.Do(req)
 	if err != nil {
@@ -349,6 +401,65 @@ func TestShutdownTimeoutInterruptsAStream(t *testing.T) {
 	body, err := readAll(resp)
 	if err == nil || !strings.Contains(body, `"code":"stream_interrupted"`) || !strings.Contains(body, "shutting down") {
 		t.Fatalf("err=%v body=%q", err, body)
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "partial" {
+		t.Errorf("record %v", rec)
+	}
+	if ev := s.Records("target_ejected"); len(ev) != 0 {
+		t.Errorf("the target was ejected for a stream the sidecar cut at shutdown: %v", ev)
+	}
+}
+
+// A request still waiting when FAILOVER_SHUTDOWN_TIMEOUT ends, on an upstream or in a backoff,
+// gets 503 shutting_down (the client is still there: it is no cancellation), and the wait the
+// sidecar cut says nothing about the target: no failure, no ejection.
+func TestShutdownTimeoutAnswersWaitingRequests(t *testing.T) {
+	busyFor3s := pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 3")
+	tests := []struct {
+		name     string
+		second   pt.Step // t0 answers 503 first
+		extra    []string
+		attempts string
+	}{
+		// Retry-After makes the wait 3 s, far past the shutdown timeout.
+		{"in a backoff", busyFor3s, []string{"FAILOVER_SAME_TARGET_RETRIES=1"}, "1"},
+		// One failure ejects: the wait the sidecar cut on t1 must not count as one.
+		{"on an upstream that does not answer", pt.Step{Fault: pt.FaultStall}, []string{"FAILOVER_EJECT_AFTER=1"}, "2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, busyFor3s)
+			b := upstream(t, tc.second)
+			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
+			got := make(chan sidecar.Response, 1)
+			go func() { got <- s.Post("/chat/completions", chatBody) }()
+			// Waiting: t0 has answered (its attempt is logged), and the request waits for the
+			// retry or on t1. (Reading the log also orders the request's start before Shutdown.)
+			for deadline := time.Now().Add(5 * time.Second); len(s.Records("attempt")) == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first attempt was never logged")
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			s.Srv.Shutdown(ctx)
+			r := <-got
+			if r.Status != 503 || !strings.Contains(string(r.Body), `"code":"shutting_down"`) {
+				t.Fatalf("got %d %s, want 503 shutting_down", r.Status, r.Body)
+			}
+			if r.Header.Get("X-Failover-Attempts") != tc.attempts || r.Header.Get("X-Request-Id") == "" {
+				t.Errorf("headers %v, want X-Failover-Attempts %s", r.Header, tc.attempts)
+			}
+			if rec := s.WaitLedger(1)[0]; rec["outcome"] != "rejected" || rec["status"].(float64) != 503 {
+				t.Errorf("record %v", rec)
+			}
+			for _, ev := range s.Records("target_ejected") {
+				if ev["target"] != "t0" {
+					t.Errorf("%v ejected: a wait the sidecar cut is no failure", ev["target"])
+				}
+			}
+		})
 	}
 }
 
@@ -365,34 +476,5 @@ func readAll(resp *http.Response) (string, error) {
 			}
 			return b.String(), err
 		}
-	}
-}
-
-// The shutdown timeout passing while a request waits out a backoff before a retry ends it as
-// the shutdown does a request waiting on an upstream: a 503 the client can act on, not the
-// record of a client that went away (499, cancelled) and a connection closed without answer.
-func TestShutdownTimeoutDuringABackoff(t *testing.T) {
-	up := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 3"), pt.JSON(200, pt.ChatCompletion("late")))
-	s := start(t, env(targets(up.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1"})...)
-	go func() {
-		// The attempt's record is logged before the wait begins (and reading the log orders
-		// this goroutine after the request's start, as Shutdown's WaitGroup requires).
-		for !strings.Contains(s.Log.String(), `"msg":"attempt"`) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(100 * time.Millisecond) // the request is waiting out its Retry-After
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		s.Srv.Shutdown(ctx)
-	}()
-	r := s.Post("/chat/completions", chatBody)
-	if r.Status != 503 || !strings.Contains(string(r.Body), `"code":"shutting_down"`) {
-		t.Errorf("client got %d %q, want 503 shutting_down", r.Status, r.Body)
-	}
-	if up.Calls() != 1 {
-		t.Errorf("the target was called %d times, want 1: no retry after the shutdown timeout", up.Calls())
-	}
-	if rec := s.WaitLedger(1)[0]; rec["outcome"] == "cancelled" || rec["status"].(float64) != 503 {
-		t.Errorf("ledger %v", rec)
 	}
 }

@@ -267,16 +267,19 @@ func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 }
 
 // get returns a live idle connection or dials a new one; a dial ends early, with their
-// error, when gone or stop says so (either may be nil).
-func (p *pool) get(now time.Time, gone, stop func() bool) (*upConn, error) {
+// error, when gone or stop says so (either may be nil). dialed is how long dialing took (0
+// for a pooled connection): time spent waiting on the target, not in the sidecar.
+func (p *pool) get(now time.Time, gone, stop func() bool) (c *upConn, dialed time.Duration, err error) {
 	for {
 		p.mu.Lock()
 		n := len(p.idle)
 		if n == 0 {
 			p.mu.Unlock()
-			return p.dial(gone, stop)
+			start := time.Now()
+			c, err = p.dial(gone, stop)
+			return c, time.Since(start), err
 		}
-		c := p.idle[n-1]
+		c = p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
@@ -292,7 +295,7 @@ func (p *pool) get(now time.Time, gone, stop func() bool) (*upConn, error) {
 			continue
 		}
 		c.reused = true
-		return c, nil
+		return c, 0, nil
 	}
 }
 
@@ -393,7 +396,10 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 // where it is with the head in one writev (on TLS, net.Buffers writes them one after the
 // other). A write that has to wait for the upstream to read (a large prompt, a target that
 // does not read) ends at once, with errClientGone or errShutdown, when gone or stop says so.
-func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop func() bool) error {
+// waited is how long such a write waited: the target reading it (its receive window), time
+// the sidecar spends waiting on the target, not working (a write the kernel takes at once is
+// not timed).
+func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop func() bool) (waited time.Duration, err error) {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
 	if !keepDeadline(c.wset, deadline, min(deadlineSlack, time.Until(deadline)/16)) {
@@ -406,42 +412,45 @@ func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop f
 	case len(body) <= maxCopiedBody:
 		bp := requestBuffers.Get().(*[]byte)
 		b := append(append((*bp)[:0], head...), body...)
-		err := c.writeWatched(b, gone, stop)
+		waited, err = c.writeWatched(b, gone, stop)
 		if cap(b) <= 2*maxCopiedBody {
 			*bp = b[:0]
 			requestBuffers.Put(bp)
 		}
-		return err
+		return waited, err
 	}
+	start := time.Now()
 	c.iov = [2][]byte{head, body}
 	c.bufs = c.iov[:] // WriteTo consumes the slice, not the array
 	w := startWatch(gone, stop, c.abortWrite)
-	_, err := c.bufs.WriteTo(c.conn)
+	_, err = c.bufs.WriteTo(c.conn)
 	c.iov, c.bufs = [2][]byte{}, nil
 	if why := w.end(); why != nil {
-		return why
+		err = why
 	}
-	return err
+	return time.Since(start), err
 }
 
 // writeWatched writes p: at once when the socket takes it whole, as it takes a request up to
 // maxCopiedBody but for a target that has stopped reading; else it waits for the rest, watched
-// by gone and stop. Under TLS (no raw socket to try) the write is not watched.
-func (c *upConn) writeWatched(p []byte, gone, stop func() bool) error {
+// by gone and stop, and how long it waited is returned. Under TLS (no raw socket to try) the
+// write is neither watched nor timed.
+func (c *upConn) writeWatched(p []byte, gone, stop func() bool) (waited time.Duration, err error) {
 	if c.raw == nil {
-		_, err := c.conn.Write(p)
-		return err
+		_, err = c.conn.Write(p)
+		return 0, err
 	}
 	n, err := c.sock.tryWrite(p)
 	if err != nil || n == len(p) {
-		return err
+		return 0, err
 	}
+	start := time.Now()
 	w := startWatch(gone, stop, c.abortWrite)
 	_, err = c.sock.write(p[n:])
 	if why := w.end(); why != nil {
-		return why
+		err = why
 	}
-	return err
+	return time.Since(start), err
 }
 
 // abortWrite ends a write blocked on c (from the goroutine of a watch): the connection is
