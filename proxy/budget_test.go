@@ -315,29 +315,45 @@ func TestRetryBudget(t *testing.T) {
 // with every target failing, the requests end exhausted, and a budget they did not touch
 // still admits the transfers of the requests that have somewhere to go.
 func TestExhaustedSweepSpendsNoRetryBudget(t *testing.T) {
-	a := upstream(t, busy)
-	b := upstream(t)
-	// a serves every model, b only gpt-4o: a gpt-3.5 request has a alone, a gpt-4o one has a
-	// then b. A floor of 1 per second over 10 s: 10 retry-budget tokens in all.
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODELS=gpt-4o",
-		"FAILOVER_RETRY_BUDGET_RATIO=0.01", "FAILOVER_RETRY_BUDGET_MIN=1", "FAILOVER_EJECT_AFTER=0"})...)
-	for i := range 10 {
-		if r := s.Post("/chat/completions", `{"model":"gpt-3.5","messages":[]}`); r.Status != 503 {
-			t.Fatalf("request %d to the failing target alone: %d, want its 503", i+1, r.Status)
-		}
+	tests := []struct {
+		name    string
+		fail    pt.Step
+		extra   []string
+		outcome string // of the sweeps with nowhere to go
+	}{
+		{"a transfer with no candidate left", busy, nil, "exhausted"},
+		// The retry's 5 s wait does not fit FAILOVER_MAX_ELAPSED, so it becomes a transfer,
+		// which (for gpt-3.5) has nowhere to go.
+		{"a retry turned transfer with no candidate left", pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 5"),
+			[]string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_MAX_ELAPSED=1s"}, "budget_exhausted"},
 	}
-	for _, rec := range s.WaitLedger(10) {
-		if rec["outcome"] != "exhausted" {
-			t.Fatalf("a sweep with no candidate left ended %v, want exhausted: %v", rec["outcome"], rec)
-		}
-	}
-	if n := len(s.Records("retry_budget_exhausted")); n != 0 {
-		t.Fatalf("%d retry_budget_exhausted events for sweeps that had nowhere to transfer", n)
-	}
-	for i := range 10 {
-		if r := s.Post("/chat/completions", `{"model":"gpt-4o","messages":[]}`); r.Status != 200 {
-			t.Fatalf("transfer %d of 10 refused (%d): the exhausted sweeps spent the budget", i+1, r.Status)
-		}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := upstream(t, tc.fail)
+			b := upstream(t)
+			// a serves every model, b only gpt-4o: a gpt-3.5 request has a alone, a gpt-4o one has a
+			// then b. A floor of 1 per second over 10 s: 10 retry-budget tokens in all.
+			s := start(t, env(targets(a.URL, b.URL), tc.extra, []string{"FAILOVER_TARGET_1_MODELS=gpt-4o",
+				"FAILOVER_RETRY_BUDGET_RATIO=0.01", "FAILOVER_RETRY_BUDGET_MIN=1", "FAILOVER_EJECT_AFTER=0"})...)
+			for i := range 10 {
+				if r := s.Post("/chat/completions", `{"model":"gpt-3.5","messages":[]}`); r.Status != 503 {
+					t.Fatalf("request %d to the failing target alone: %d, want its 503", i+1, r.Status)
+				}
+			}
+			for _, rec := range s.WaitLedger(10) {
+				if rec["outcome"] != tc.outcome {
+					t.Fatalf("a sweep with no candidate left ended %v, want %s: %v", rec["outcome"], tc.outcome, rec)
+				}
+			}
+			if n := len(s.Records("retry_budget_exhausted")); n != 0 {
+				t.Fatalf("%d retry_budget_exhausted events for sweeps that had nowhere to transfer", n)
+			}
+			for i := range 10 {
+				if r := s.Post("/chat/completions", `{"model":"gpt-4o","messages":[]}`); r.Status != 200 {
+					t.Fatalf("transfer %d of 10 refused (%d): the exhausted sweeps spent the budget", i+1, r.Status)
+				}
+			}
+		})
 	}
 }
 

@@ -313,16 +313,14 @@ func (ex *exchange) run() {
 			exhausted, looked = !ok, true
 		}
 		if !exhausted && (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) {
-			v = ex.limit(a, v)
-			switch {
-			case v.Action == classify.ActionTransfer && !looked:
-				// A retry whose backoff no longer fits became a transfer.
+			v = ex.limit(a, v, func() bool {
+				// A retry whose backoff no longer fits became a transfer: its candidate too is
+				// looked up before the retry budget is asked.
 				pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
-				if !ok {
-					v = classify.NoCandidate(v, true)
-					ex.reportLimit(a, v.Reason, s.clock.Now())
-				}
-			case v.Action != classify.ActionTransfer && looked && probe:
+				looked = true
+				return ok
+			})
+			if v.Action != classify.ActionTransfer && looked && ok && probe {
 				s.targets[ex.cands[pos]].health.Release() // a budget stopped the sweep: the probe goes unused
 			}
 		}
@@ -382,8 +380,10 @@ func (ex *exchange) selectCandidates() {
 }
 
 // limit measures the budgets for a verdict that wants a retry or a transfer and lets classify
-// apply them. It logs the budget events of SPEC section 8.
-func (ex *exchange) limit(a *attempt, v classify.Verdict) classify.Verdict {
+// apply them. It logs the budget events of SPEC section 8. When the budgets turn a retry into
+// a transfer, next looks up its candidate; with none left the sweep ends there, before the
+// retry budget is asked, so that no token goes to a transfer that cannot happen.
+func (ex *exchange) limit(a *attempt, v classify.Verdict, next func() bool) classify.Verdict {
 	s := ex.srv
 	b := &s.cfg.Budget
 	now := s.clock.Now()
@@ -398,6 +398,11 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict) classify.Verdict {
 		RetryBudgetOK: true,
 	}
 	limited := classify.Limit(v, al)
+	if v.Action == classify.ActionRetry && limited.Action == classify.ActionTransfer && !next() {
+		limited = classify.NoCandidate(limited, true)
+		ex.reportLimit(a, limited.Reason, now)
+		return limited
+	}
 	if limited.Action == classify.ActionRetry || limited.Action == classify.ActionTransfer {
 		if !s.retries.Withdraw(now) {
 			al.RetryBudgetOK = false
