@@ -844,8 +844,14 @@ func (ex *exchange) bodyEnds() bool {
 			return true
 		}
 		// The end of a chunked body is the last chunk's CRLF, "0", CRLF and the empty line:
-		// only worth parsing when all of it is there.
-		if body.left != 0 || ex.conn.buffered() < len("\r\n0\r\n\r\n") {
+		// only worth parsing when all of it is there. Parsing reads whole lines, so what is
+		// buffered must end with the empty line: a line cut short ("0;ext=1" whose CRLF is
+		// still on its way) would make the parse wait for the upstream.
+		n := ex.conn.buffered()
+		if body.left != 0 || n < len("0\r\n\r\n") {
+			return false
+		}
+		if b, _ := ex.conn.reader().Peek(n); !bytes.HasSuffix(b, []byte("\n\r\n")) && !bytes.HasSuffix(b, []byte("\n\n")) {
 			return false
 		}
 		_, err := body.next()

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -462,5 +464,75 @@ func TestMaxElapsedNeverCutsACommittedStream(t *testing.T) {
 	}
 	if len(s.Records("routing_transfer_limit_reached")) != 0 {
 		t.Error("the elapsed budget fired on a committed stream")
+	}
+}
+
+// A stream whose last chunk arrives split ("0;ext=1", a chunk extension, then its line end a
+// moment later) right behind the events that finish it: what was read goes to the client at
+// once. Looking for the body's end in what is buffered must never wait for the upstream.
+func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	delivered := make(chan struct{})
+	release := sync.OnceFunc(func() { close(delivered) })
+	t.Cleanup(release)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		ev := pt.ChatRole + pt.ChatDelta("Hello") + pt.Done
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0;ext=1", len(ev), ev)
+		select {
+		case <-delivered: // the rest only once the client has the events
+		case <-time.After(5 * time.Second):
+		}
+		c.Write([]byte("\r\n\r\n")) //nolint:errcheck
+	}()
+	s := start(t, "FAILOVER_TARGET_0_URL=http://"+ln.Addr().String()+"/v1")
+	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	got, tail := make(chan string, 1), make(chan error, 1)
+	go func() {
+		var seen strings.Builder
+		resp, err := sidecar.Client.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		for !strings.Contains(seen.String(), pt.Done) {
+			line, err := br.ReadString('\n')
+			seen.WriteString(line)
+			if err != nil {
+				break
+			}
+		}
+		got <- seen.String()
+		<-delivered
+		rest, err := io.ReadAll(br)
+		if err == nil && len(rest) != 0 {
+			err = fmt.Errorf("%q after [DONE]", rest)
+		}
+		tail <- err
+	}()
+	select {
+	case events := <-got:
+		if !strings.Contains(events, "Hello") || !strings.HasSuffix(events, pt.Done) {
+			t.Fatalf("the stream ended early: %q", events)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the events read waited for the rest of the upstream's last chunk")
+	}
+	release()
+	if err := <-tail; err != nil {
+		t.Fatalf("want a clean end: %v", err)
 	}
 }
