@@ -219,7 +219,7 @@ func (ex *exchange) startStream(a *attempt) {
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
 	} else {
 		p.held = a.body
-		if ex.family == stream.Image {
+		if a.commitReason == stream.ReasonHeaders { // an image, a compressed stream
 			ex.srv.metrics.streamCommits[stream.ReasonHeaders].Inc()
 		}
 	}

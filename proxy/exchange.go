@@ -692,6 +692,13 @@ func (ex *exchange) do(a *attempt) {
 	case ex.streaming && success && ex.body.has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
 		// (A HEAD's or a 204's answer has no stream to peek: it is read as a response, and
 		// classify sees it as one without a body, not as an empty stream.)
+		if enc := resp.Header.ContentEncoding(); len(enc) > 0 && !hasPrefixFold(enc, valueIdentity) {
+			// Compressed although the request asked for identity: its events cannot be read,
+			// so it cannot be judged before commit. It goes through at headers, as an image
+			// does, rather than read as a stream that never shows an event (an "empty" one).
+			a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
+			return
+		}
 		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout))
 	default:
 		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))

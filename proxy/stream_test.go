@@ -2,6 +2,8 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -534,5 +536,41 @@ func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
 	release()
 	if err := <-tail; err != nil {
 		t.Fatalf("want a clean end: %v", err)
+	}
+}
+
+// A stream compressed although the sidecar asked for identity cannot be read before commit:
+// it goes through at headers, bytes and Content-Encoding as sent, instead of being taken for
+// a stream without events (an "empty" one, a transfer, and in the end a 502 for a target
+// that answered).
+func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(joined(pt.ChatStream(0, "Hello")))) //nolint:errcheck
+	zw.Close()
+	step := pt.SSE(pt.Chunk{Data: z.String()})
+	step.Header = append(step.Header, "Content-Encoding: gzip")
+	a, b := upstream(t, step), upstream(t)
+	s := start(t, targets(a.URL, b.URL)...)
+	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
+	req.Header.Set("Accept-Encoding", "gzip") // as sent, not decoded by the client library
+	resp, err := sidecar.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" || string(body) != z.String() {
+		t.Fatalf("%d, Content-Encoding %q, %d bytes (%v): want the target's compressed stream as sent",
+			resp.StatusCode, resp.Header.Get("Content-Encoding"), len(body), err)
+	}
+	if b.Calls() != 0 {
+		t.Errorf("a compressed stream was transferred")
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+		t.Errorf("record %v", rec)
+	}
+	if got := metric(s.ScrapeMetrics(), `failover_stream_commits_total{reason="headers"}`); got != 1 {
+		t.Errorf("stream commits at headers: %v, want 1", got)
 	}
 }
