@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -573,4 +574,39 @@ func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
 	if got := metric(s.ScrapeMetrics(), `failover_stream_commits_total{reason="headers"}`); got != 1 {
 		t.Errorf("stream commits at headers: %v, want 1", got)
 	}
+}
+
+// llama.cpp's server sent a streamed failure as a non-standard `error:` field, then
+// `data: [DONE]`, until ggml-org/llama.cpp#16109 (recorded in
+// testdata/sse/chat/llamacpp_error_field.sse; the bytes coddy-project/coddy-agent#106 quotes).
+// The failure is judged with the status it carries, like any in-stream error: a 400 stops
+// (the caller's to fix) instead of passing for an empty stream that every target is tried on,
+// and a phrase the operator lists makes it fail over.
+func TestStreamLlamaCppErrorField(t *testing.T) {
+	recorded, err := os.ReadFile("../testdata/sse/chat/llamacpp_error_field.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := pt.ChatStream(0, "from ", "second")
+	t.Run("a 400 stops with its status", func(t *testing.T) {
+		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
+		b := upstream(t, pt.SSE(second...))
+		s := start(t, targets(a.URL, b.URL)...)
+		r := s.Post("/chat/completions", streamBody)
+		if r.Status != 400 || b.Calls() != 0 {
+			t.Fatalf("client got %d %s; second target called %d times", r.Status, r.Body, b.Calls())
+		}
+	})
+	t.Run("a listed phrase transfers", func(t *testing.T) {
+		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
+		b := upstream(t, pt.SSE(second...))
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RETRY_ON_ERRORS=exceeds context size"})...)
+		r := s.Post("/chat/completions", streamBody)
+		if r.Status != 200 || string(r.Body) != joined(second) || a.Calls() != 1 || b.Calls() != 1 {
+			t.Fatalf("client got %d %q; calls a=%d b=%d", r.Status, r.Body, a.Calls(), b.Calls())
+		}
+		if ledger := s.WaitLedger(1)[0]["ledger"].([]any); ledger[0].(map[string]any)["action"] != "transfer" {
+			t.Fatalf("ledger %v", ledger)
+		}
+	})
 }

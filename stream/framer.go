@@ -44,7 +44,8 @@ const (
 const maxFieldName = 5
 
 // Framer splits a byte stream into SSE events (the WHATWG event-stream
-// grammar) under any chunking. A record is dispatched at the blank line that
+// grammar, plus llama.cpp's `error:` field, read as `event: error` with its
+// value as data) under any chunking. A record is dispatched at the blank line that
 // ends it; a record holding only comments or ignored fields is still
 // reported, with HasData false and Name nil, while a blank line with nothing
 // before it is skipped.
@@ -69,6 +70,8 @@ type Framer struct {
 	fieldLen  int  // bytes of the field name so far; maxFieldName+1 = too long
 	cr        bool // the last byte consumed was a CR ending a line: skip one LF
 	delivered bool // the last call returned an event: clear the record first
+	bom       int  // bytes of a leading U+FEFF matched so far; bomDone once decided
+	bomDone   bool // past the stream's first bytes: a BOM can no longer start
 
 	ev Event
 }
@@ -87,6 +90,7 @@ func (f *Framer) Reset(captureLimit int) {
 	f.line = atLineStart
 	f.cr = false
 	f.delivered = false
+	f.bom, f.bomDone = 0, false
 	f.ev = Event{}
 }
 
@@ -125,6 +129,9 @@ func (f *Framer) Next(p []byte) (n int, ok bool) {
 		f.clearRecord()
 	}
 	i := 0
+	if !f.bomDone {
+		i = f.skipBOM(p)
+	}
 	if f.cr && len(p) > 0 {
 		// A CR ended the previous chunk: an LF here is the rest of a CRLF.
 		f.cr = false
@@ -201,6 +208,31 @@ func (f *Framer) Next(p []byte) (n int, ok bool) {
 	return len(p), false
 }
 
+// bom is the UTF-8 byte order mark a stream may open with (the WHATWG grammar's
+// `stream = [ bom ] *event`): a decoder drops it, so it is not part of the
+// first field name.
+var bom = [3]byte{0xEF, 0xBB, 0xBF}
+
+// skipBOM consumes the bytes of a leading BOM at the start of p (which may cut
+// it anywhere) and returns how many. Bytes that begin one but then differ
+// begin the first field's name: a name no field has, so that line is ignored.
+func (f *Framer) skipBOM(p []byte) int {
+	i := 0
+	for i < len(p) && f.bom < len(bom) {
+		if p[i] != bom[f.bom] {
+			if f.bom > 0 {
+				f.seen, f.line, f.fieldLen = true, inFieldName, maxFieldName+1
+			}
+			f.bomDone = true
+			return i
+		}
+		i++
+		f.bom++
+	}
+	f.bomDone = f.bom == len(bom)
+	return i
+}
+
 // Event returns the event the last Next or Flush completed.
 func (f *Framer) Event() Event { return f.ev }
 
@@ -214,8 +246,12 @@ func (f *Framer) Flush() (ev Event, ok bool) {
 	if f.line == inFieldName {
 		f.startValue()
 	}
+	if !f.bomDone && f.bom > 0 {
+		f.seen = true // the stream was only the start of a BOM: a line of an unknown field
+	}
 	f.line = atLineStart
 	f.cr = false
+	f.bom, f.bomDone = 0, false
 	if !f.seen {
 		return Event{}, false
 	}
@@ -280,6 +316,18 @@ func (f *Framer) startValue() {
 	case "event":
 		f.kind = fieldEvent
 		f.name = f.name[:0]
+		f.hasName = true
+	case "error":
+		// Not a WHATWG field: llama.cpp's server sent a streamed failure as an `error:` line
+		// (`error: {"code":400,...}`, then `data: [DONE]`) until ggml-org/llama.cpp#16109. A
+		// strict reader drops it and sees an empty stream; read as `event: error` with its
+		// value as data, the error is judged with the status it carries.
+		f.kind = fieldData
+		if f.hasData {
+			f.addData(newline)
+		}
+		f.hasData = true
+		f.name = appendCapped(f.name[:0], nameError, f.limit)
 		f.hasName = true
 	}
 }

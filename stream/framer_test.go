@@ -93,6 +93,22 @@ func TestFramer(t *testing.T) {
 			[]string{`n:- d:"x"/1`}},
 		{"comment-only record is an event without data or name", ": ping\n\n", 0,
 			[]string{`n:- d:-/0`}},
+		{"an error field reads as an error event with its value as data", "error: {\"code\":400}\n\n", 0,
+			[]string{`n:"error" d:"{\"code\":400}"/12`}},
+		{"an error field joins the data lines", "data: a\nerror: b\n\n", 0,
+			[]string{`n:"error" d:"a\nb"/3`}},
+		{"a later event field names an error field's record", "error: x\nevent: y\n\n", 0,
+			[]string{`n:"y" d:"x"/1`}},
+		{"a leading BOM is dropped", "\xEF\xBB\xBFdata: x\n\n", 0,
+			[]string{`n:- d:"x"/1`}},
+		{"only one leading BOM is dropped", "\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\ndata: y\n\n", 0,
+			[]string{`n:- d:-/0`, `n:- d:"y"/1`}},
+		{"a BOM after the start is part of the line", "data: x\n\n\xEF\xBB\xBFdata: y\n\n", 0,
+			[]string{`n:- d:"x"/1`, `n:- d:-/0`}},
+		{"the start of a BOM that differs begins an unknown field", "\xEF\xBBdata: x\n\ndata: y\n\n", 0,
+			[]string{`n:- d:-/0`, `n:- d:"y"/1`}},
+		{"a stream of half a BOM is a record without data", "\xEF\xBB", 0,
+			[]string{`flush n:- d:-/0`}},
 		{"id, retry and unknown fields are ignored", "id: 7\nretry: 1000\nfoo: bar\ndatum: x\ndata2: y\ndata: z\n\n", 0,
 			[]string{`n:- d:"z"/1`}},
 		{"field names are case-sensitive", "Data: x\nEVENT: y\n\n", 0,
@@ -242,6 +258,7 @@ func refFrame(in []byte, limit int) []string {
 		hasData, seen bool
 		dataLen       int
 	)
+	in = bytes.TrimPrefix(in, []byte("\xEF\xBB\xBF")) // one leading BOM is not part of the stream
 	for i := 0; i < len(in); i++ {
 		switch in[i] {
 		case '\r':
@@ -290,6 +307,9 @@ func refFrame(in []byte, limit int) []string {
 			}
 		}
 		switch string(field) {
+		case "error": // llama.cpp's dialect: event "error" with the value as data
+			name, hasName = []byte("error"), true
+			fallthrough
 		case "data":
 			if hasData {
 				data = append(data, '\n')

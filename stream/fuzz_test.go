@@ -26,6 +26,7 @@ func splitBy(in, cuts []byte) [][]byte {
 func FuzzFramer(f *testing.F) {
 	f.Add([]byte("data: a\r\n\r\n"), []byte{0})
 	f.Add([]byte("event: x\rdata: 1\r\rdata\n:c\n\n"), []byte{1, 2})
+	f.Add([]byte("\xEF\xBB\xBFdata: a\n\nerror: {}\n\n"), []byte{1, 1, 3})
 	f.Fuzz(func(t *testing.T, in, cuts []byte) {
 		for _, limit := range []int{0, 5} {
 			want := refFrame(in, limit)

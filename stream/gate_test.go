@@ -105,6 +105,13 @@ var gateCases = []gateCase{
 		errData: `{"error":{"message":"Rate limit reached for gpt-4o in organization org-fake on tokens per min (TPM): Limit 30000, Used 29876, Requested 512.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`},
 	{name: "event: error with text data errors", family: Chat, file: "event_error_no_json.sse",
 		want: Error, events: 1, errData: `upstream connect error or disconnect/reset before headers`},
+	// llama.cpp's server sent a streamed failure as a non-standard `error:` field followed by
+	// `data: [DONE]` until ggml-org/llama.cpp#16109 (tools/server/server.cpp:
+	// server_sent_event(sink, "error", error_data)); the bytes are those quoted in
+	// coddy-project/coddy-agent#106 (llama.cpp b5966, a prompt over the context size).
+	{name: "llama.cpp error field errors", family: Chat, file: "llamacpp_error_field.sse",
+		want: Error, events: 1,
+		errData: `{"code":400,"message":"the request exceeds the available context size. try increasing the context size or enable context shift","type":"invalid_request_error"}`},
 	{name: "multi-line error data is joined", family: Chat, file: "error_multiline.sse",
 		want: Error, events: 1,
 		errData: "{\"error\": {\n  \"code\": 429,\n  \"message\": \"Resource has been exhausted (e.g. check quota).\",\n  \"status\": \"RESOURCE_EXHAUSTED\"\n}}"},
@@ -300,6 +307,14 @@ func TestGateRules(t *testing.T) {
 		{"chat: a named event without data holds", Chat, "event: ping\n\n", Hold},
 		{"chat: event error without data errors", Chat, "event: error\n\n", Error},
 		{"chat: event error with a JSON message errors", Chat, "event: error\ndata: {\"message\":\"overloaded\"}\n\n", Error},
+		{"chat: llama.cpp error field with CRLF errors", Chat, "error: {\"code\":500,\"message\":\"x\"}\r\n\r\ndata: [DONE]\r\n\r\n", Error},
+		{"chat: llama.cpp error field after the role chunk errors", Chat, `data: {"choices":[{"delta":{"role":"assistant","content":null}}]}` + "\n\nerror: {\"code\":500}\n\n", Error},
+		{"messages: error field errors", Messages, "error: {\"code\":529,\"message\":\"busy\"}\n\n", Error},
+		{"responses: error field errors", Responses, "error: {\"code\":500,\"message\":\"x\"}\n\n", Error},
+		// A stream may open with a UTF-8 BOM (WHATWG event-stream grammar: stream = [ bom ] *event;
+		// see also openai/openai-python#3819): it must not cost the first event its data.
+		{"chat: content after a leading BOM commits", Chat, "\xEF\xBB\xBF" + `data: {"choices":[{"delta":{"content":"Hi"},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", Commit},
+		{"chat: an error after a leading BOM errors", Chat, "\xEF\xBB\xBF" + `data: {"error":{"message":"bad","type":"invalid_request_error"}}` + "\n\ndata: [DONE]\n\n", Error},
 		{"chat: [DONE] with spaces is empty", Chat, "data:  [DONE] \n\n", Empty},
 		{"chat: id-only record holds", Chat, "id: 1\nretry: 10\n\n", Hold},
 		{"chat: half an error event holds", Chat, `data: {"error":{"message":"boom"}}` + "\n", Hold},
