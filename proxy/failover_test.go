@@ -460,3 +460,31 @@ func TestMultipartPassesUntouched(t *testing.T) {
 		t.Fatal("multipart body or content type changed")
 	}
 }
+
+// The README's rules for provider answers that the defaults do not read as intended: credits
+// run out as a 402 (OpenRouter, DeepSeek), and a 403 that blocks one user's flagged input
+// (OpenRouter's moderation) while the target's own key is fine.
+func TestReadmeProviderRules(t *testing.T) {
+	rules := []string{"FAILOVER_RETRY_ON_STATUSES=402,429,5xx",
+		"FAILOVER_STOP_RULE_0_STATUSES=403", "FAILOVER_STOP_RULE_0_PATTERN=(?i)flagged|moderation",
+		"FAILOVER_TARGET_0_API_KEY=sk-a", "FAILOVER_TARGET_1_API_KEY=sk-b"}
+	t.Run("402: out of credits transfers", func(t *testing.T) {
+		broke := upstream(t, pt.JSON(402, `{"error":{"code":402,"message":"Insufficient credits"}}`))
+		good := upstream(t)
+		s := start(t, env(targets(broke.URL, good.URL), rules)...)
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || good.Calls() != 1 {
+			t.Fatalf("status %d, second target called %d times", r.Status, good.Calls())
+		}
+	})
+	t.Run("403 for flagged input stops, and ejects nothing", func(t *testing.T) {
+		mod := upstream(t, pt.JSON(403, `{"error":{"code":403,"message":"Input was flagged by moderation","metadata":{"reasons":["violence"]}}}`), pt.JSON(200, pt.ChatCompletion("fine")))
+		good := upstream(t)
+		s := start(t, env(targets(mod.URL, good.URL), rules)...)
+		if r := s.Post("/chat/completions", chatBody); r.Status != 403 || good.Calls() != 0 {
+			t.Fatalf("status %d, second target called %d times", r.Status, good.Calls())
+		}
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || mod.Calls() != 2 || len(s.Records("target_ejected")) != 0 {
+			t.Fatalf("next request: %d, first target called %d times, ejections %v", r.Status, mod.Calls(), s.Records("target_ejected"))
+		}
+	})
+}
