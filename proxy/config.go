@@ -330,9 +330,9 @@ func (l *loader) checkNames() map[string][]bool {
 			g := groups[group]
 			i, err := strconv.Atoi(idx)
 			switch {
-			case err != nil || (len(idx) > 1 && idx[0] == '0'):
+			case len(idx) > 1 && idx[0] == '0':
 				l.problem("%s: the index %q must be written without leading zeros", k, idx)
-			case i >= g.max:
+			case err != nil || i >= g.max:
 				l.problem("%s: at most %d FAILOVER_%s_<i> groups are allowed (0 to %d)", k, g.max, group, g.max-1)
 			case !contains(g.fields, field):
 				l.problem("%s: unknown variable%s", k, didYouMean(field, g.fields, fmt.Sprintf("FAILOVER_%s_%d_", group, i)))
@@ -396,8 +396,10 @@ func indexedNames(name string) []string {
 // didYouMean suggests the closest known name when it is close enough to be a typo.
 func didYouMean(name string, candidates []string, prefix string) string {
 	best, bestD := "", 1<<30
+	// Variable names are case-sensitive, but a name in the wrong case is a typo like any other.
+	upper := strings.ToUpper(name)
 	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestD {
+		if d := editDistance(upper, c); d < bestD {
 			best, bestD = c, d
 		}
 	}
@@ -666,6 +668,15 @@ func maskURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparseable URL>"
+	}
+	if u.Host == "" {
+		// Not scheme://host (a missing or mistyped "https://"): url.Parse reads a
+		// "user:password@" as a scheme and an opaque part, or as a path, and would print it.
+		// Everything up to the last '@' before the query goes.
+		head, _, _ := strings.Cut(raw, "?")
+		if i := strings.LastIndexByte(head, '@'); i >= 0 {
+			return "redacted@" + maskURL(raw[i+1:])
+		}
 	}
 	if u.User != nil {
 		u.User = url.User("redacted")

@@ -141,6 +141,9 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{"gap in targets", []string{"FAILOVER_TARGET_2_URL=http://c/v1"}, []string{"FAILOVER_TARGET_<i>: indices must be contiguous from 0; missing 0, 1"}},
 		{"gap in rules", []string{"FAILOVER_STOP_RULE_1_STATUSES=400"}, []string{"FAILOVER_STOP_RULE_<i>: indices must be contiguous from 0; missing 0"}},
 		{"leading zero index", []string{"FAILOVER_TARGET_01_URL=http://c/v1"}, []string{"FAILOVER_TARGET_01_URL: the index \"01\" must be written without leading zeros"}},
+		{"index too large to be a number", []string{"FAILOVER_TARGET_99999999999999999999_URL=http://c/v1"}, []string{"FAILOVER_TARGET_99999999999999999999_URL: at most 1024 FAILOVER_TARGET_<i> groups"}},
+		{"a name in lower case", []string{"FAILOVER_target_0_url=http://c/v1"}, []string{"FAILOVER_target_0_url: unknown variable (did you mean FAILOVER_TARGET_0_URL?)"}},
+		{"a fixed name in mixed case", []string{"FAILOVER_Max_Attempts=2"}, []string{"did you mean FAILOVER_MAX_ATTEMPTS?"}},
 		{"duration without unit", []string{"FAILOVER_CONNECT_TIMEOUT=5"}, []string{`FAILOVER_CONNECT_TIMEOUT="5": not a duration`}},
 		{"bad size", []string{"FAILOVER_PEEK_BYTES=128KB"}, []string{`FAILOVER_PEEK_BYTES="128KB": not a size`}},
 		{"bad integer", []string{"FAILOVER_MAX_ATTEMPTS=two"}, []string{`FAILOVER_MAX_ATTEMPTS="two": not a whole number`}},
@@ -343,6 +346,28 @@ func TestNoSecretInErrorsOrDescribe(t *testing.T) {
 	}
 	if !strings.Contains(d, "api-version=2024-10-21") || !strings.Contains(d, "headers: X-Custom (values hidden)") {
 		t.Errorf("Describe lost useful detail:\n%s", d)
+	}
+}
+
+// A target URL without "https://" (or with a mistyped one) is rejected, and the message that
+// says so must not quote the password or key in front of its '@'.
+func TestURLErrorHidesCredentialsWithoutAHost(t *testing.T) {
+	for _, raw := range []string{
+		"user:hunter2@api.example.com/v1",
+		"sk-live-hunter2@api.example.com/v1",
+		"https:user:hunter2@api.example.com/v1",
+		"http:/user:hunter2@api.example.com/v1",
+		"user:hunter2@api.example.com/v1?key=hunter2",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=" + raw}, true)
+			if err == nil || !strings.Contains(err.Error(), "FAILOVER_TARGET_0_URL=") || !strings.Contains(err.Error(), "api.example.com/v1") {
+				t.Fatalf("want an error naming the variable and the host, got %v", err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the message shows the credential:\n%v", err)
+			}
+		})
 	}
 }
 
