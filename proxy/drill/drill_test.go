@@ -14,6 +14,19 @@ func entry(target, phase string) any {
 	return map[string]any{"target": target, "phase": phase}
 }
 
+func repeat(e any, n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = e
+	}
+	return out
+}
+
+// answered is a ledger entry with the upstream's status.
+func answered(target, phase string, status int) any {
+	return map[string]any{"target": target, "phase": phase, "status": float64(status)}
+}
+
 func TestCheckInvariantsReportsEachViolation(t *testing.T) {
 	names := []string{"primary", "secondary", "tertiary"}
 	plain := &scenario{name: "plain"}
@@ -51,6 +64,22 @@ func TestCheckInvariantsReportsEachViolation(t *testing.T) {
 		{"a request the client left that did not end cancelled", policy(true, 0, 0), cancelling,
 			map[string]any{"attempts": 1.0, "outcome": "ok", "ledger": []any{entry("primary", "committed")}},
 			[]int{1, 0, 0}, "[no attempt after the client left]"},
+		{"attempts that timed out before reaching their targets", policy(true, 0, 0), plain,
+			map[string]any{"attempts": 3.0, "outcome": "ok_after_failover", "ledger": []any{entry("primary", "before_headers"),
+				entry("secondary", "before_headers"), answered("tertiary", "committed", 200)}},
+			[]int{0, 0, 1}, ""},
+		{"an answer from a target that saw no call", policy(true, 0, 0), plain,
+			map[string]any{"attempts": 2.0, "outcome": "ok_after_failover", "ledger": []any{answered("primary", "before_content", 503), answered("secondary", "committed", 200)}},
+			[]int{0, 1, 0}, "[ledger complete]"},
+		{"a long ledger listed in part", policy(true, 0, 40), plain,
+			map[string]any{"attempts": 36.0, "outcome": "exhausted", "ledger": append(repeat(answered("primary", "before_content", 503), 32), map[string]any{"more_attempts": 4.0})},
+			[]int{36, 0, 0}, ""},
+		{"a long ledger that misses attempts", policy(true, 0, 40), plain,
+			map[string]any{"attempts": 36.0, "outcome": "exhausted", "ledger": append(repeat(answered("primary", "before_content", 503), 32), map[string]any{"more_attempts": 2.0})},
+			[]int{36, 0, 0}, "[ledger complete]"},
+		{"a record whose attempt count is not its ledger's", policy(true, 0, 0), plain,
+			map[string]any{"attempts": 2.0, "outcome": "ok", "ledger": []any{answered("primary", "committed", 200)}},
+			[]int{1, 0, 0}, "[ledger complete]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,5 +189,78 @@ func TestDrillWithAnInboundToken(t *testing.T) {
 	}
 	if strings.Contains(out.String(), " 401 ") {
 		t.Fatalf("a drill was rejected with 401:\n%s", out.String())
+	}
+}
+
+// A request that ended before its client left (every attempt failed at once) is not a request
+// the client left: nothing about cancelling is reported for it.
+func TestCheckInvariantsAcceptsAnAnswerBeforeTheClientLeft(t *testing.T) {
+	r := &result{sc: &scenario{name: "cancelling", cancelAfter: 1}, names: []string{"primary"}, clientOK: true, status: 504, calls: []int{0},
+		record: map[string]any{"attempts": 1.0, "outcome": "exhausted", "ledger": []any{entry("primary", "before_headers")}}}
+	r.checkInvariants(&proxy.Config{Budget: budget.Config{Enabled: true}})
+	if len(r.problems) != 0 {
+		t.Fatalf("problems %q, want none", r.problems)
+	}
+}
+
+func scenarioNamed(t *testing.T, name string) *scenario {
+	t.Helper()
+	for _, sc := range scenarios() {
+		if sc.name == name {
+			return sc
+		}
+	}
+	t.Fatalf("no scenario %q", name)
+	return nil
+}
+
+// The replay check of "error after visible output" judges what reached the client: a target
+// called after the primary's output is a replay; one called when the primary never got to
+// its output (the policy moved on before commit) is an ordinary transfer.
+func TestErrorAfterOutputCheck(t *testing.T) {
+	sc := scenarioNamed(t, "error after visible output")
+	primaryThen := func(phase string) map[string]any {
+		return map[string]any{"attempts": 2.0, "ledger": []any{entry("primary", phase), answered("secondary", "committed", 200)}}
+	}
+	tests := []struct {
+		name   string
+		body   string
+		record map[string]any
+		calls  []int
+		want   string // a substring of the problem, "" for none
+	}{
+		{"output, then an error", `data: {"choices":[{"delta":{"content":"partial "}}]}` + "\n\ndata: {\"error\":{\"code\":\"stream_interrupted\"}}\n\n",
+			map[string]any{"attempts": 1.0, "ledger": []any{answered("primary", "committed", 200)}}, []int{1, 0}, ""},
+		{"the primary timed out before its output", `{"error":{"code":"upstream_timeout"}}`, primaryThen("before_content"), []int{1, 1}, ""},
+		{"a committed primary, then another target", "", primaryThen("committed"), []int{1, 1}, "replay after commit"},
+		{"the primary's output, then another target", `data: {"choices":[{"delta":{"content":"partial "}}]}`, primaryThen("before_content"), []int{1, 1}, "replay after commit"},
+		{"a committed primary whose output was lost", `data: {"error":{"code":"stream_interrupted"}}`,
+			map[string]any{"attempts": 1.0, "ledger": []any{answered("primary", "committed", 200)}}, []int{1, 0}, "did not get the output"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &result{sc: sc, names: []string{"primary", "secondary"}, clientOK: true, status: 200, body: []byte(tc.body), record: tc.record, calls: tc.calls}
+			got := sc.check(r)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("check: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Policies that give up on an attempt faster than the simulated targets answer do what they
+// say (time out and move on); the drill reports that, and no invariant fails for it.
+func TestDrillUnderPoliciesFasterThanItsTargets(t *testing.T) {
+	for _, env := range []string{"FAILOVER_FIRST_BYTE_TIMEOUT=1ms", "FAILOVER_CONNECT_TIMEOUT=1ns"} {
+		t.Run(env, func(t *testing.T) {
+			cfg, err := proxy.Load([]string{env}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			if code := Run(cfg, &out); code != 0 {
+				t.Fatalf("exit code %d:\n%s", code, out.String())
+			}
+		})
 	}
 }
