@@ -75,34 +75,15 @@ func TestClientLeavesDuringTheUpstreamWrite(t *testing.T) {
 			body := `{"model":"gpt-4o-mini","stream":` + map[bool]string{false: "false", true: "true"}[stream] +
 				`,"messages":[{"role":"user","content":"` + strings.Repeat("x", 24<<20) + `"}]}`
 
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if resp, err := sidecar.Client.Do(req); err == nil {
-					resp.Body.Close()
-					t.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
+			abandonWhen(t, s, body, func() {
+				select {
+				case <-deaf.accepted: // the request was read whole: the sidecar is writing it upstream
+				case <-time.After(10 * time.Second):
+					t.Fatal("the sidecar never connected to the first target")
 				}
-			}()
-			select {
-			case <-deaf.accepted: // the request was read whole: the sidecar is writing it upstream
-			case <-time.After(10 * time.Second):
-				t.Fatal("the sidecar never connected to the first target")
-			}
-			time.Sleep(300 * time.Millisecond)
-			cancel()
-			<-done
-
-			recs := waitLedger(s, 1, 3*time.Second)
-			if len(recs) != 1 {
-				t.Fatalf("no ledger record within 3 s of the client leaving (FAILOVER_ATTEMPT_TIMEOUT is 20 s):\n%s", s.Log.String())
-			}
-			if recs[0]["outcome"] != "cancelled" || second.Calls() != 0 {
-				t.Errorf("want cancelled and no second attempt (second called %d times): %s", second.Calls(), ledgerLine(recs[0]))
-			}
+				time.Sleep(300 * time.Millisecond)
+			})
+			wantCancelledAlone(t, s, second, "FAILOVER_ATTEMPT_TIMEOUT is 20 s")
 		})
 	}
 }
@@ -117,9 +98,18 @@ func TestClientLeavesDuringTheDial(t *testing.T) {
 	t.Cleanup(l.Close)
 	second := upstream(t, pt.JSON(200, pt.ChatCompletion("Hello from t1")))
 	s := start(t, env(targets(l.URL, second.URL), timeouts, []string{"FAILOVER_CONNECT_TIMEOUT=20s"})...)
+	abandonWhen(t, s, chatBody, func() { time.Sleep(300 * time.Millisecond) })
+	wantCancelledAlone(t, s, second, "FAILOVER_CONNECT_TIMEOUT is 20 s")
+}
+
+// abandonWhen sends body and abandons the request once ready returns; it returns when the
+// client has left.
+func abandonWhen(t *testing.T, s *sidecar.Sidecar, body string, ready func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(chatBody))
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -128,12 +118,19 @@ func TestClientLeavesDuringTheDial(t *testing.T) {
 			t.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	ready()
 	cancel()
 	<-done
+}
+
+// wantCancelledAlone checks that the abandoned request was recorded as cancelled within 3 s,
+// well before the timeout that would otherwise have ended it, and that no other target was
+// tried.
+func wantCancelledAlone(t *testing.T, s *sidecar.Sidecar, second *pt.Upstream, timeout string) {
+	t.Helper()
 	recs := waitLedger(s, 1, 3*time.Second)
 	if len(recs) != 1 {
-		t.Fatalf("no ledger record within 3 s of the client leaving (FAILOVER_CONNECT_TIMEOUT is 20 s):\n%s", s.Log.String())
+		t.Fatalf("no ledger record within 3 s of the client leaving (%s):\n%s", timeout, s.Log.String())
 	}
 	if recs[0]["outcome"] != "cancelled" || second.Calls() != 0 {
 		t.Errorf("want cancelled and no second attempt (second called %d times): %s", second.Calls(), ledgerLine(recs[0]))
