@@ -406,21 +406,8 @@ func TestClientGoneStopsEverything(t *testing.T) {
 
 // cancelAfter sends a request and abandons it after d; it returns when the client left.
 func cancelAfter(t *testing.T, s *sidecar.Sidecar, d time.Duration) time.Time {
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(chatBody))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := sidecar.Client.Do(req); err == nil {
-			resp.Body.Close()
-			t.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
-		}
-	}()
-	time.Sleep(d)
-	cancel()
-	left := time.Now()
-	<-done
-	return left
+	t.Helper()
+	return s.Abandon("/chat/completions", chatBody, func() { time.Sleep(d) })
 }
 
 func TestStrategies(t *testing.T) {

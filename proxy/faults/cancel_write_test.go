@@ -75,7 +75,7 @@ func TestClientLeavesDuringTheUpstreamWrite(t *testing.T) {
 			body := `{"model":"gpt-4o-mini","stream":` + map[bool]string{false: "false", true: "true"}[stream] +
 				`,"messages":[{"role":"user","content":"` + strings.Repeat("x", 24<<20) + `"}]}`
 
-			abandonWhen(t, s, body, func() {
+			s.Abandon("/chat/completions", body, func() {
 				select {
 				case <-deaf.accepted: // the request was read whole: the sidecar is writing it upstream
 				case <-time.After(10 * time.Second):
@@ -98,29 +98,8 @@ func TestClientLeavesDuringTheDial(t *testing.T) {
 	t.Cleanup(l.Close)
 	second := upstream(t, pt.JSON(200, pt.ChatCompletion("Hello from t1")))
 	s := start(t, env(targets(l.URL, second.URL), timeouts, []string{"FAILOVER_CONNECT_TIMEOUT=20s"})...)
-	abandonWhen(t, s, chatBody, func() { time.Sleep(300 * time.Millisecond) })
+	s.Abandon("/chat/completions", chatBody, func() { time.Sleep(300 * time.Millisecond) })
 	wantCancelledAlone(t, s, second, "FAILOVER_CONNECT_TIMEOUT is 20 s")
-}
-
-// abandonWhen sends body and abandons the request once ready returns; it returns when the
-// client has left.
-func abandonWhen(t *testing.T, s *sidecar.Sidecar, body string, ready func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/chat/completions", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := sidecar.Client.Do(req); err == nil {
-			resp.Body.Close()
-			t.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
-		}
-	}()
-	ready()
-	cancel()
-	<-done
 }
 
 // wantCancelledAlone checks that the abandoned request was recorded as cancelled within 3 s,

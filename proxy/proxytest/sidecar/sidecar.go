@@ -165,6 +165,33 @@ func (s *Sidecar) Do(req *http.Request) Response {
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
 }
 
+// Abandon posts a JSON body to path (relative to /v1) and leaves (cancels the request, closing
+// its connection) once ready returns. It returns when the client has left, and when: it is a
+// test failure that the request was answered before.
+func (s *Sidecar) Abandon(path, body string, ready func()) time.Time {
+	s.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", s.URL+path, strings.NewReader(body))
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := Client.Do(req); err == nil {
+			resp.Body.Close()
+			s.T.Errorf("the request answered %d before it was abandoned", resp.StatusCode)
+		}
+	}()
+	ready()
+	cancel()
+	left := time.Now()
+	<-done
+	return left
+}
+
 // Records returns the log records with this msg ("request" for the ledger).
 func (s *Sidecar) Records(msg string) []map[string]any {
 	s.T.Helper()
