@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"testing"
@@ -458,6 +459,48 @@ func TestMultipartPassesUntouched(t *testing.T) {
 	got := b.Requests()[0]
 	if !bytes.Equal(got.Body, buf.Bytes()) || got.Header["Content-Type"] != w.FormDataContentType() {
 		t.Fatal("multipart body or content type changed")
+	}
+}
+
+// A multipart upload reaches the target byte for byte whatever its layout: the file part
+// before the fields (as openai-node writes an object whose first key is file), part headers
+// of its own (audio/mpeg), and a file past 16 MiB, which must not need a writable temporary
+// directory (a read-only root filesystem is the usual pod security context).
+func TestMultipartIsForwardedByteForByte(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()+"/missing") // no temporary file can be created
+	tests := []struct {
+		name  string
+		audio int
+	}{
+		{"file first with its own content type", 1 << 10},
+		{"file past 16 MiB", 17 << 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, pt.JSON(200, `{"text":"hello"}`))
+			s := start(t, targets(up.URL)...)
+			var buf bytes.Buffer
+			w := multipart.NewWriter(&buf)
+			fw, _ := w.CreatePart(textproto.MIMEHeader{
+				"Content-Disposition": {`form-data; name="file"; filename="speech.mp3"`},
+				"Content-Type":        {"audio/mpeg"},
+			})
+			audio := make([]byte, tc.audio)
+			rand.Read(audio)
+			fw.Write(audio)
+			for _, kv := range [][2]string{{"model", "whisper-1"}, {"language", "en"}, {"response_format", "verbose_json"}, {"timestamp_granularities[]", "word"}} {
+				w.WriteField(kv[0], kv[1])
+			}
+			w.Close()
+			req, _ := http.NewRequest("POST", s.URL+"/audio/transcriptions", bytes.NewReader(buf.Bytes()))
+			req.Header.Set("Content-Type", w.FormDataContentType())
+			if r := s.Do(req); r.Status != 200 || up.Calls() != 1 {
+				t.Fatalf("got %d %s, %d upstream calls", r.Status, r.Body, up.Calls())
+			}
+			if got := up.Requests()[0].Body; !bytes.Equal(got, buf.Bytes()) {
+				t.Fatalf("the upstream got a different body (%d bytes, sent %d): %.120q", len(got), buf.Len(), got)
+			}
+		})
 	}
 }
 

@@ -111,7 +111,13 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		NoDefaultDate:                 true,
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
-		CloseOnShutdown:               true,
+		// fasthttp parses a multipart body of known length into a form by default (spilling
+		// files over 16 MiB to the temporary directory) and PostBody then re-encodes the form:
+		// fields first, in map order, without their own part headers. An upload must reach the
+		// target byte for byte, and a container whose temporary directory is read-only must
+		// not answer a large audio file with 400.
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
 		// The 16 KiB read buffer (sized for the header limit) is only needed while a request
 		// is read: released before the handler runs, an idle committed stream does not hold it.
 		ReduceMemoryUsage: true,

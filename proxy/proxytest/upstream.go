@@ -100,9 +100,11 @@ func New(script ...Step) (*Upstream, error) {
 	u.URL = "http://" + ln.Addr().String() + "/v1"
 	// Hijacked connections are kept: play owns the raw socket until it closes it.
 	// Providers take header blocks far larger than fasthttp's 4 KiB default: so does this one,
-	// so the sidecar's own 16 KiB limit is what a test sees.
+	// so the sidecar's own 16 KiB limit is what a test sees. Bodies up to the sidecar's default
+	// limit (32 MiB; OpenAI takes 25 MB of audio) are taken, and a multipart body is recorded
+	// as it arrived, not parsed into a form and encoded again.
 	u.srv = &fasthttp.Server{Handler: u.handle, NoDefaultServerHeader: true, NoDefaultDate: true, Logger: quiet{}, KeepHijackedConns: true,
-		ReadBufferSize: 64 << 10}
+		ReadBufferSize: 64 << 10, MaxRequestBodySize: 32 << 20, DisablePreParseMultipartForm: true}
 	go u.srv.Serve(ln) //nolint:errcheck // ends at Close
 	return u, nil
 }
