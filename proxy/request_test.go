@@ -130,6 +130,49 @@ func TestHeadersForwarded(t *testing.T) {
 	}
 }
 
+// Bodies as curl sends them reach the upstream whole, with a Content-Length: a large one after
+// "Expect: 100-continue" (answered by the sidecar, which has the whole body before any attempt:
+// the expectation is not forwarded) and a chunked one.
+func TestClientBodyFraming(t *testing.T) {
+	up := upstream(t)
+	s := start(t, targets(up.URL)...)
+	big := `{"model":"gpt-4o","pad":"` + strings.Repeat("a", 2<<20) + `"}`
+	t.Run("expect 100-continue", func(t *testing.T) {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(big))
+		br := bufio.NewReader(c)
+		if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 100 ") {
+			t.Fatalf("interim answer %q, %v", line, err)
+		}
+		br.ReadString('\n')
+		io.WriteString(c, big)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		got := up.Requests()[up.Calls()-1]
+		if string(got.Body) != big || got.Header["Expect"] != "" || got.Header["Content-Length"] != fmt.Sprint(len(big)) {
+			t.Errorf("upstream got %d body bytes, Expect %q, Content-Length %q", len(got.Body), got.Header["Expect"], got.Header["Content-Length"])
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", 10, chatBody[:10], len(chatBody)-10, chatBody[10:])
+		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
+			t.Fatal(st)
+		}
+		got := up.Requests()[up.Calls()-1]
+		if string(got.Body) != chatBody || got.Header["Transfer-Encoding"] != "" || got.Header["Content-Length"] != fmt.Sprint(len(chatBody)) {
+			t.Errorf("upstream got %q, Transfer-Encoding %q, Content-Length %q", got.Body, got.Header["Transfer-Encoding"], got.Header["Content-Length"])
+		}
+	})
+}
+
 // FAILOVER_INBOUND_TOKEN is never forwarded, in whichever headers and however often the client
 // sends it (an Anthropic SDK given the token as both api_key and auth_token sends it twice).
 func TestInboundTokenNeverForwarded(t *testing.T) {
