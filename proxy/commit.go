@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -166,6 +167,11 @@ func (ex *exchange) copyResponseHeaders() {
 	h.SetNoDefaultContentType(true)
 	dropHopByHop(h, up.PeekAll(stringConnection))
 	h.ResetConnectionClose()
+	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
+	// req_..., the one its support asks for) goes back under a name of its own.
+	if id := up.PeekBytes(headerRequestID); len(id) > 0 && !bytes.Equal(id, ex.requestID) {
+		h.SetCanonical(headerUpstreamID, id)
+	}
 }
 
 // setFailoverHeaders adds X-Failover-* and X-Request-Id to the answer.

@@ -103,6 +103,7 @@ var (
 	headerAuthorization = []byte("Authorization")
 	headerXAPIKey       = []byte("X-Api-Key")
 	headerRequestID     = []byte("X-Request-Id")
+	headerUpstreamID    = []byte("X-Upstream-Request-Id")
 	headerAttempt       = []byte("X-Failover-Attempt")
 	headerTarget        = []byte("X-Failover-Target")
 	headerAttempts      = []byte("X-Failover-Attempts")

@@ -492,3 +492,32 @@ func TestHeadPassesThrough(t *testing.T) {
 		})
 	}
 }
+
+// The provider's own request id (OpenAI's x-request-id, the one its support asks for) reaches
+// the client as X-Upstream-Request-Id, since X-Request-Id is the sidecar's; on a stream too.
+func TestUpstreamRequestIDGoesBack(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		step       pt.Step
+	}{
+		{"response", chatBody, pt.JSON(200, pt.ChatCompletion("hi"), "X-Request-Id: req_8f2a")},
+		{"stream", streamBody, func() pt.Step {
+			st := pt.SSE(pt.ChatStream(0, "hi")...)
+			st.Header = append(st.Header, "X-Request-Id: req_8f2a")
+			return st
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := start(t, targets(upstream(t, tc.step).URL)...)
+			r := s.Post("/chat/completions", tc.body, "X-Request-Id: app-42")
+			if r.Status != 200 || r.Header.Get("X-Request-Id") != "app-42" || r.Header.Get("X-Upstream-Request-Id") != "req_8f2a" {
+				t.Fatalf("%d, X-Request-Id %q, X-Upstream-Request-Id %q", r.Status, r.Header.Get("X-Request-Id"), r.Header.Get("X-Upstream-Request-Id"))
+			}
+		})
+	}
+	// An upstream that echoes the sidecar's id adds nothing.
+	s := start(t, targets(upstream(t, pt.JSON(200, pt.ChatCompletion("hi"), "X-Request-Id: app-43")).URL)...)
+	if r := s.Post("/chat/completions", chatBody, "X-Request-Id: app-43"); r.Header.Get("X-Upstream-Request-Id") != "" {
+		t.Errorf("an echoed id came back as X-Upstream-Request-Id %q", r.Header.Get("X-Upstream-Request-Id"))
+	}
+}
