@@ -71,6 +71,19 @@ func (h *Health) Available(now time.Time) (ok, probe bool) {
 	return true, true
 }
 
+// Usable reports, taking nothing, whether Available would let a request use the target now: neither cooling
+// down nor ejected, or ejected with the ejection over and its probe not yet handed out. A strategy asks it to
+// choose a first candidate among the targets a request may use, so that a skipped target's share is not all
+// passed to whichever target follows it. The answer may be stale by the time Available is asked.
+func (h *Health) Usable(now time.Time) bool {
+	if h.calm.Load() {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !now.Before(h.coolUntil) && (!h.ejected || !h.probing && !now.Before(h.ejectUntil))
+}
+
 // Success records a successful attempt: consecutive failures and the ejection count reset, and an ejected (or
 // probing) target is restored, which restored reports (log target_restored). A running cooldown stays.
 func (h *Health) Success(now time.Time) (restored bool) {

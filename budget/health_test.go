@@ -19,6 +19,7 @@ import (
 //	cool <d>             "" (Cooldown for d)
 //	release              ""
 //	ejected              "true" or "false"
+//	usable               "true" or "false"
 type step struct {
 	at   time.Duration
 	op   string
@@ -62,6 +63,8 @@ func (s step) run(h *Health) string {
 		h.Release()
 	case "ejected":
 		return strconv.FormatBool(h.Ejected(now))
+	case "usable":
+		return strconv.FormatBool(h.Usable(now))
 	default:
 		panic("unknown op " + s.op)
 	}
@@ -173,6 +176,13 @@ func TestHealth(t *testing.T) {
 		{"cooldown survives a success", std, []step{
 			{0, "cool 10s", ""}, {s, "ok", "-"}, {5 * s, "avail", "no"}, {10 * s, "avail", "ok"},
 		}, 0},
+		{"usable follows Available without taking the probe", std, []step{
+			{0, "usable", "true"}, {0, "eject", "30s"}, {29 * s, "usable", "false"},
+			{30 * s, "usable", "true"}, {30 * s, "usable", "true"}, {30 * s, "avail", "probe"},
+			{30 * s, "usable", "false"}, {31 * s, "release", ""}, {31 * s, "usable", "true"},
+			{31 * s, "avail", "probe"}, {31 * s, "ok", "restored"}, {31 * s, "usable", "true"},
+			{31 * s, "cool 10s", ""}, {35 * s, "usable", "false"}, {41 * s, "usable", "true"},
+		}, 1},
 		{"probe waits for the cooldown", std, []step{
 			{0, "eject", "30s"}, {0, "cool 1m", ""}, {30 * s, "avail", "no"}, {60 * s, "avail", "probe"},
 		}, 1},
@@ -297,6 +307,7 @@ func TestHealthAllocs(t *testing.T) {
 		{"Success", func() { h.Success(t0) }},
 		{"Failure", func() { h.Failure(t0) }},
 		{"Ejected", func() { ejected.Ejected(t0) }},
+		{"Usable ejected", func() { ejected.Usable(t0) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,6 +42,7 @@ type exchange struct {
 
 	// The sweep.
 	eligible []int
+	usable   []int // the eligible targets whose health lets them be used now, for the strategy
 	cands    []int
 	sweep    budget.Sweep
 	budget   budget.Request
@@ -83,6 +84,7 @@ type attempt struct {
 	n     int // 1-based attempt number
 	start time.Time
 	sent  time.Time
+	ttfb  time.Duration // from sent to the response headers, once status is set
 
 	phase         Phase
 	kind          classify.Kind
@@ -252,12 +254,12 @@ func (ex *exchange) reject(status int, code, message string) {
 // run is the attempt loop: candidates, attempts, verdicts (SPEC sections 4 and 5).
 func (ex *exchange) run() {
 	s := ex.srv
-	ex.selectCandidates()
+	now := s.clock.Now()
+	ex.selectCandidates(now)
 	if len(ex.cands) == 0 {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
 		return
 	}
-	now := s.clock.Now()
 	s.retries.Request(now)
 	ex.budget.Reset(&s.cfg.Budget)
 	ex.sweep.Reset(len(ex.cands))
@@ -360,21 +362,28 @@ func (ex *exchange) healthAt(pos int) *budget.Health { return ex.srv.targets[ex.
 
 // selectCandidates lists the targets that serve this request: the strategy's first pick, then
 // the others in declared order.
-func (ex *exchange) selectCandidates() {
+func (ex *exchange) selectCandidates(now time.Time) {
 	s := ex.srv
-	ex.eligible, ex.cands = ex.eligible[:0], ex.cands[:0]
+	ex.eligible, ex.usable, ex.cands = ex.eligible[:0], ex.usable[:0], ex.cands[:0]
 	for _, t := range s.targets {
 		if t.serves(ex.path, ex.model) {
 			ex.eligible = append(ex.eligible, t.Index)
+			if t.health.Usable(now) {
+				ex.usable = append(ex.usable, t.Index)
+			}
 		}
 	}
 	if len(ex.eligible) == 0 {
 		return
 	}
-	first := s.strategy.first(ex.eligible, ex)
-	ex.cands = append(ex.cands, ex.eligible[first])
-	for pos, i := range ex.eligible {
-		if pos != first {
+	usable := ex.usable
+	if len(usable) == 0 {
+		usable = ex.eligible // every one is skipped: the sweep will try them all anyway
+	}
+	first := s.strategy.first(ex.eligible, usable, ex)
+	ex.cands = append(ex.cands, first)
+	for _, i := range ex.eligible {
+		if i != first {
 			ex.cands = append(ex.cands, i)
 		}
 	}
@@ -460,6 +469,18 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 		}
 	}
 	ex.probe = false
+	if a.status != 0 && a.kind != classify.KindTransport {
+		// For least-latency an answer the sweep cannot use (it counts against the target, or
+		// it is retried or transferred from) is a slow sample, as an attempt without an answer
+		// is (fail): a 503, a 429 or a 404 for an unknown model comes back in a millisecond,
+		// and as its own time it would make that target the favourite of every request.
+		d := a.ttfb
+		if v.Health == classify.HealthFailure || v.Health == classify.HealthEject ||
+			v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+			d = max(d, failedAttemptLatency(s.cfg.Server.ConnectTimeout))
+		}
+		t.observeLatency(d)
+	}
 	if v.Cooldown > 0 {
 		t.health.Cooldown(now, v.Cooldown)
 		s.log.Info("target_cooldown", slog.String("target", t.Name), slog.Float64("seconds", v.Cooldown.Seconds()),
@@ -677,9 +698,8 @@ func (ex *exchange) do(a *attempt) {
 	ex.body.reset(c, resp, ex.head)
 	a.phase = PhaseBeforeContent
 	a.status = resp.StatusCode()
-	ttfb := time.Since(a.sent)
-	t.metrics.firstByte.Update(ttfb.Seconds())
-	t.observeLatency(ttfb)
+	a.ttfb = time.Since(a.sent)
+	t.metrics.firstByte.Update(a.ttfb.Seconds())
 	a.retryAfter, a.hasRetryAfter = 0, false
 	if ra, ms := resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs); len(ra) > 0 || len(ms) > 0 {
 		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
@@ -736,9 +756,9 @@ func (ex *exchange) fail(a *attempt, err error) {
 	}
 }
 
-// failedAttemptLatency is the least-latency sample for an attempt that got no answer: at
-// least FAILOVER_CONNECT_TIMEOUT (10 s when that is disabled), slower than any target that
-// answers in time.
+// failedAttemptLatency is the least-latency sample for an attempt that got no answer, or an
+// answer the sweep cannot use (applyHealth): at least FAILOVER_CONNECT_TIMEOUT (10 s when that
+// is disabled), slower than any target that answers well in time.
 func failedAttemptLatency(connectTimeout time.Duration) time.Duration {
 	if connectTimeout <= 0 {
 		return 10 * time.Second

@@ -10,9 +10,13 @@ import (
 // follow in declared order (SPEC section 3). Each strategy is a small type behind one method,
 // safe for concurrent use.
 type strategy interface {
-	// first returns the position in eligible (target indices in declared order, never empty)
-	// of the first candidate.
-	first(eligible []int, ex *exchange) int
+	// first returns the target index of the first candidate, one of eligible (the target
+	// indices that serve the request, in declared order, never empty). usable is the part of
+	// eligible whose health lets a request use it now (not ejected, not cooling down, not
+	// being probed), or all of eligible when none does: a rotation or a latency ranking that
+	// chose a target the sweep will skip would hand its whole share to the target declared
+	// after it.
+	first(eligible, usable []int, ex *exchange) int
 }
 
 func newStrategy(name string, targets []*Target, stickyHeader string) strategy {
@@ -30,20 +34,32 @@ func newStrategy(name string, targets []*Target, stickyHeader string) strategy {
 // declaredOrder is FAILOVER_STRATEGY=failover: the first eligible target in declared order.
 type declaredOrder struct{}
 
-func (declaredOrder) first([]int, *exchange) int { return 0 }
+func (declaredOrder) first(eligible, _ []int, _ *exchange) int { return eligible[0] }
 
-// roundRobin rotates the first candidate in proportion to the targets' weights.
+// roundRobin rotates the first candidate in proportion to the weights of the targets that
+// may be used now: while one is ejected, its share is spread over the others by their weights.
+// Each set of candidates rotates on its own counter, found by a hash of the set: with one
+// counter for all, an application that asks for a small model and then a large one on every
+// turn would send every large-model request to the same target. Two sets that share a counter
+// still rotate, only less evenly when their requests alternate.
 type roundRobin struct {
 	targets []*Target
-	n       atomic.Uint64
+	n       [rotations]atomic.Uint64
 }
 
-func (r *roundRobin) first(eligible []int, _ *exchange) int {
-	return weightedPick(r.targets, eligible, r.n.Add(1)-1)
+const rotations = 64
+
+func (r *roundRobin) first(_, usable []int, _ *exchange) int {
+	h := uint64(14695981039346656037) // FNV-1a over the target indices
+	for _, i := range usable {
+		h = (h ^ uint64(i)) * 1099511628211
+	}
+	return usable[weightedPick(r.targets, usable, r.n[h%rotations].Add(1)-1)]
 }
 
-// weightedPick maps k onto the eligible targets' weights: over any run of total consecutive
-// values of k each target is picked weight times. With every weight 0 it picks the first.
+// weightedPick maps k onto the weights of the targets in eligible and returns a position in
+// it: over any run of total consecutive values of k each target is picked weight times. With
+// every weight 0 it picks the first.
 func weightedPick(targets []*Target, eligible []int, k uint64) int {
 	total := uint64(0)
 	for _, i := range eligible {
@@ -65,22 +81,23 @@ func weightedPick(targets []*Target, eligible []int, k uint64) int {
 
 // sticky hashes the session header so a session keeps its first target (and the provider's
 // prompt cache) while that target is healthy; when it is skipped, the declared order takes
-// over, and the session returns once the target does. No header: declared order.
+// over, and the session returns once the target does. No header: declared order. It hashes
+// over every eligible target, usable or not, so that an ejection moves no other session.
 type sticky struct {
 	targets []*Target
 	header  string
 	seed    maphash.Seed
 }
 
-func (s *sticky) first(eligible []int, ex *exchange) int {
+func (s *sticky) first(eligible, _ []int, ex *exchange) int {
 	v := ex.ctx.Request.Header.Peek(s.header)
 	if len(v) == 0 {
-		return 0
+		return eligible[0]
 	}
-	return weightedPick(s.targets, eligible, maphash.Bytes(s.seed, v))
+	return eligible[weightedPick(s.targets, eligible, maphash.Bytes(s.seed, v))]
 }
 
-// leastLatency picks the eligible target with the lowest recent time to first byte. One
+// leastLatency picks the usable target with the lowest recent time to first byte. One
 // request in exploreEvery goes to one of the others instead, in turn, so a target that was
 // slow (or ejected) is measured again and noticed once it recovers; a target never measured
 // is tried first.
@@ -91,26 +108,26 @@ type leastLatency struct {
 
 const exploreEvery = 16
 
-func (l *leastLatency) first(eligible []int, _ *exchange) int {
+func (l *leastLatency) first(_, usable []int, _ *exchange) int {
 	k := l.n.Add(1)
 	best, bestNS := 0, int64(-1)
-	for pos, i := range eligible {
+	for pos, i := range usable {
 		ns := l.targets[i].latencyNS.Load()
 		if ns == 0 {
-			return pos
+			return i
 		}
 		if bestNS < 0 || ns < bestNS {
 			best, bestNS = pos, ns
 		}
 	}
-	if k%exploreEvery == 0 && len(eligible) > 1 {
-		other := int(k/exploreEvery) % (len(eligible) - 1)
+	if k%exploreEvery == 0 && len(usable) > 1 {
+		other := int(k/exploreEvery) % (len(usable) - 1)
 		if other >= best {
 			other++
 		}
-		return other
+		return usable[other]
 	}
-	return best
+	return usable[best]
 }
 
 // observeLatency folds a time-to-first-byte sample into the target's moving average (weight
