@@ -288,6 +288,7 @@ func (ex *exchange) run() {
 			// health effect and is no failure to recover from; the loop's first check answers.
 			if ex.probe {
 				t.health.Release()
+				ex.probe = false // released once: the loop's first check must not release it again
 			}
 			ex.record(a, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
 			continue
