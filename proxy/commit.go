@@ -86,11 +86,26 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 		ex.served(a.t)
 	case classify.KindStreamError:
 		ex.served(a.t)
-		if scanErrorShape(a.body) {
+		switch shaped, bare := scanErrorShape(a.body); {
+		case shaped:
 			ctx.SetStatusCode(v.Status)
 			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
 			ctx.Response.SetBody(a.body)
-		} else {
+		case bare:
+			// An error object without its wrapper (llama.cpp's error: field carries
+			// {"code":400,"message":...,"type":...}): wrapped in the family's shape, so the
+			// client sees the provider's message, not only that the stream failed.
+			ctx.SetStatusCode(v.Status)
+			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+			ctx.Response.ResetBody()
+			if ex.family == stream.Messages {
+				ctx.Response.AppendBodyString(`{"type":"error","error":`)
+			} else {
+				ctx.Response.AppendBodyString(`{"error":`)
+			}
+			ctx.Response.AppendBody(bytes.TrimSpace(a.body))
+			ctx.Response.AppendBodyString("}")
+		default:
 			writeError(ctx, ex.family, v.Status, codeStreamError, "the provider's stream failed before any output")
 		}
 	case classify.KindStreamEmpty:
@@ -123,37 +138,40 @@ func (ex *exchange) served(t *Target) {
 }
 
 // scanErrorShape reports whether an in-stream error payload is already an error document an
-// SDK understands: a top-level "error" (OpenAI) or "type":"error" (Anthropic, Responses).
-func scanErrorShape(b []byte) bool {
+// SDK understands: a top-level "error" (OpenAI) or "type":"error" (Anthropic, Responses); or,
+// bare, a JSON object that is the error itself (a "message" string at its top level).
+func scanErrorShape(b []byte) (shaped, bare bool) {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return false
+		return false, false
 	}
+	message := false
 	i = skipWS(b, i+1)
 	for i < len(b) && b[i] == '"' {
 		keyEnd := skipString(b, i)
 		if keyEnd < 0 {
-			return false
+			return false, false
 		}
 		key := b[i+1 : keyEnd-1]
 		i = skipWS(b, keyEnd)
 		if i >= len(b) || b[i] != ':' {
-			return false
+			return false, false
 		}
 		i = skipWS(b, i+1)
 		valStart := i
 		if i = skipValue(b, i); i < 0 {
-			return false
+			return false, false
 		}
 		val := b[valStart:i]
 		if string(key) == "error" && string(val) != "null" || string(key) == "type" && string(val) == `"error"` {
-			return true
+			return true, false
 		}
+		message = message || string(key) == "message" && val[0] == '"'
 		if i = skipWS(b, i); i < len(b) && b[i] == ',' {
 			i = skipWS(b, i+1)
 		}
 	}
-	return false
+	return false, message && scanRequest(b).json
 }
 
 // copyResponseHeaders copies the upstream's response headers to the client, minus hop-by-hop

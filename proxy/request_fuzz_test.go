@@ -167,3 +167,25 @@ func TestAppendJSONString(t *testing.T) {
 		}
 	}
 }
+
+func TestScanErrorShape(t *testing.T) {
+	for _, tc := range []struct {
+		payload      string
+		shaped, bare bool
+	}{
+		{`{"error":{"message":"x"}}`, true, false},
+		{`{"type":"error","error":{"type":"overloaded_error","message":"x"}}`, true, false},
+		{`{"code":400,"message":"too long","type":"invalid_request_error"}`, false, true},
+		{` {"message":"x"} `, false, true},
+		{`{"message":7}`, false, false},
+		{`{"error":null,"message":"x"}`, false, true},
+		{`{"message":"x"`, false, false},
+		{`{"message":"x"} trailing`, false, false},
+		{`["message"]`, false, false},
+		{`not json`, false, false},
+	} {
+		if shaped, bare := scanErrorShape([]byte(tc.payload)); shaped != tc.shaped || bare != tc.bare {
+			t.Errorf("%s: shaped %v bare %v, want %v %v", tc.payload, shaped, bare, tc.shaped, tc.bare)
+		}
+	}
+}

@@ -596,6 +596,16 @@ func TestStreamLlamaCppErrorField(t *testing.T) {
 		if r.Status != 400 || b.Calls() != 0 {
 			t.Fatalf("client got %d %s; second target called %d times", r.Status, r.Body, b.Calls())
 		}
+		// The bare error object goes back in the family's shape, its message with it.
+		var doc struct {
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(r.Body, &doc); err != nil || doc.Error.Code != 400 || !strings.Contains(doc.Error.Message, "exceeds the available context size") {
+			t.Errorf("body %s (%v): want the provider's error wrapped as {\"error\": ...}", r.Body, err)
+		}
 	})
 	t.Run("a listed phrase transfers", func(t *testing.T) {
 		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
