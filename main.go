@@ -49,11 +49,12 @@ func main() {
 func run(args, environ []string, stdout, stderr io.Writer) int {
 	mode := "serve"
 	for _, a := range args {
+		next := ""
 		switch a {
 		case "-check", "--check", "check":
-			mode = "check"
+			next = "check"
 		case "drill":
-			mode = "drill"
+			next = "drill"
 		case "healthcheck":
 			return healthcheck(environ, stderr)
 		case "-h", "-help", "--help", "help":
@@ -63,6 +64,12 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "failover: unknown argument %q\n%s", a, usage)
 			return 2
 		}
+		if mode != "serve" && mode != next {
+			// "failover -check drill" would run the drill, not the check a CI step expects.
+			fmt.Fprintf(stderr, "failover: %s and %s cannot be combined\n%s", mode, next, usage)
+			return 2
+		}
+		mode = next
 	}
 
 	cfg, err := proxy.Load(environ, mode != "drill")

@@ -55,3 +55,25 @@ func TestSecretsLeaveTheProcessEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// Two different modes on one command line are refused rather than the last one winning:
+// "failover -check drill" in a CI step would run the drill instead of checking.
+func TestModesCannotBeCombined(t *testing.T) {
+	environ := []string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1"}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-check", "drill"}, 2},
+		{[]string{"drill", "check"}, 2},
+		{[]string{"check", "--check"}, 0}, // the same mode twice
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tc.args, environ, &stdout, &stderr); code != tc.want {
+			t.Errorf("%v: exit %d, want %d\n%s", tc.args, code, tc.want, stderr.String())
+		}
+		if tc.want == 2 && !strings.Contains(stderr.String(), "cannot be combined") {
+			t.Errorf("%v: %q", tc.args, stderr.String())
+		}
+	}
+}
