@@ -120,6 +120,17 @@ var strategies = []string{"failover", "round-robin", "sticky", "least-latency"}
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
 var authModes = []string{"bearer", "x-api-key", "api-key", "none"}
 
+// authHeaderName is the header an auth mode sends the target's key in ("" for none).
+func authHeaderName(mode string) string {
+	switch mode {
+	case "bearer":
+		return "Authorization"
+	case "x-api-key", "api-key":
+		return mode
+	}
+	return ""
+}
+
 // groupPattern matches an indexed variable: FAILOVER_<GROUP>_<i>_<FIELD>.
 var groupPattern = regexp.MustCompile(`^FAILOVER_(TARGET|STOP_RULE|SUCCESS_RULE)_([0-9]+)_([A-Z0-9_]+)$`)
 
@@ -589,8 +600,15 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		} else if t.Auth == "none" && t.APIKey != "" {
 			l.problem("%sAUTH=none with a key set: the key would never be sent; choose bearer, x-api-key or api-key", p)
 		}
-		if _, err := parseHeaders(t.Headers); err != nil {
+		if hs, err := parseHeaders(t.Headers); err != nil {
 			l.problem("%s: %v", l.shown(p+"HEADERS"), err)
+		} else if name := authHeaderName(t.Auth); t.APIKey != "" && name != "" {
+			for _, h := range hs {
+				if strings.EqualFold(string(h[0]), name) {
+					// The name is the auth mode's, so printing it shows nothing secret.
+					l.problem("%s: sets %s, which the target's key already sets (%sAUTH=%s): the upstream would get two", l.shown(p+"HEADERS"), name, p, t.Auth)
+				}
+			}
 		}
 		if _, err := parseModels(t.Models); err != nil {
 			l.problem("%s: %v", l.shown(p+"MODELS"), err)
