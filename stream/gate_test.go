@@ -804,6 +804,8 @@ func TestGateFinishedRules(t *testing.T) {
 		{"messages: a type after a nested object is found", Messages, `data: {"meta":{"type":"ping","x":[1,{"y":"}"}]},"type":"message_stop"}` + "\n\n", true},
 		{"messages: a top-level error without type finishes", Messages, `data: {"error":{"type":"overloaded_error"}}` + "\n\n", true},
 		{"messages: a null top-level error without type does not finish", Messages, `data: {"error":null,"x":1}` + "\n\n", false},
+		{"messages: a top-level error cut by the capture limit finishes", Messages, `data: {"error":{"type":"overloaded_error","message":"` + big + `"}}` + "\n\n", true},
+		{"responses: a top-level error cut by the capture limit finishes", Responses, `data: {"error":{"code":"server_error","message":"` + big + `"}}` + "\n\n", true},
 		{"messages: data type wins over the event name", Messages, "event: message_stop\ndata: {\"type\":\"ping\"}\n\n", false},
 	}
 	for _, tt := range tests {
@@ -834,6 +836,7 @@ func TestGateFailed(t *testing.T) {
 		Messages:  `data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}` + "\n\n",
 		Other:     "data: x\n\n",
 	}
+	long := strings.Repeat("x", 400)
 	tests := []struct {
 		name   string
 		family Family
@@ -844,6 +847,13 @@ func TestGateFailed(t *testing.T) {
 		{"chat: event: error fails", Chat, "event: error\ndata: boom\n\n", true},
 		{"chat: content mentioning \"error\" does not fail", Chat, `data: {"choices":[{"delta":{"content":"\"error\": fine"}}]}` + "\n\ndata: [DONE]\n\n", false},
 		{"chat: a null error member does not fail", Chat, `data: {"error":null,"choices":[]}` + "\n\n", false},
+		// vLLM's stream generators send a failure as {"error": {...}} then [DONE]
+		// (vllm/entrypoints/openai/serving_chat.py, create_streaming_error_response), and
+		// the message is the exception's text: the capture limit cuts a long one.
+		{"chat: an error cut by the capture limit fails", Chat, `data: {"error": {"message": "` + long + `", "type": "BadRequestError", "param": null, "code": 400}}` + "\n\ndata: [DONE]\n\n", true},
+		{"chat: an error past long members, cut by the capture limit, fails", Chat, `data: {"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"m","provider":"p","error":{"code":502,"message":"` + long + `"}}` + "\n\n", true},
+		{"chat: a null error cut by the capture limit does not fail", Chat, `data: {"pad":"` + strings.Repeat("p", 236) + `","error":null,"choices":[]}` + "\n\ndata: [DONE]\n\n", false},
+		{"other: an error cut by the capture limit fails", Other, `data: {"error": {"message": "` + long + `", "type": "BadRequestError", "param": null, "code": 400}}` + "\n\ndata: [DONE]\n\n", true},
 		{"chat: a clean end does not fail", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", false},
 		{"responses: response.failed fails", Responses, `data: {"type":"response.failed","response":{"error":{"code":"server_error"}}}` + "\n\n", true},
 		{"responses: error fails", Responses, "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n", true},

@@ -69,9 +69,9 @@ var quotedError = []byte(`"error"`)
 
 // scanTopLevel walks the top-level members of the JSON object that b starts
 // (b may be cut anywhere) and returns the raw value of the first string
-// "type" member and whether the first "error" member is not null. It stops at
-// the first thing that is not well-formed and never recurses, so hostile
-// nesting cannot exhaust the stack.
+// "type" member and whether the first "error" member is not null (also when b
+// cuts that member's value). It stops at the first thing that is not
+// well-formed and never recurses, so hostile nesting cannot exhaust the stack.
 func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -106,25 +106,22 @@ func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
 			return typ, hasErr
 		}
 		vs := i
+		if string(key) == "error" && !seenErr {
+			// Told by the value's first byte (only null starts with n), before the value is
+			// skipped: a long error (a provider's message, its metadata) is cut by the capture
+			// limit, and is an error all the same.
+			seenErr = true
+			hasErr = b[vs] != 'n'
+		}
 		i = skipValue(b, i)
 		if i <= vs {
 			return typ, hasErr
 		}
-		switch string(key) {
-		case "type":
-			if typ == nil && b[vs] == '"' {
-				typ = b[vs+1 : i-1]
-			}
-		case "error":
-			if !seenErr {
-				seenErr = true
-				hasErr = !bytes.HasPrefix(b[vs:], null)
-			}
+		if string(key) == "type" && typ == nil && b[vs] == '"' {
+			typ = b[vs+1 : i-1]
 		}
 	}
 }
-
-var null = []byte("null")
 
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && isSpace(b[i]) {
