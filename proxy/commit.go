@@ -419,9 +419,11 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 
 // interrupt writes the family's final error event (SSE) and leaves the body unterminated: the
 // connection is closed without the last chunk, so the client sees an error, never a clean end.
+// When the upstream's own error event already reached the client, that one is the final
+// event, however the upstream then failed (a reset, a stall): no second one is added.
 func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 	p.interrupted = true
-	if p.sse {
+	if p.sse && !p.ex.gate.Failed() {
 		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
 		if err := p.send(w, nil, p.tail, false); err != nil {
 			return false, true

@@ -26,8 +26,9 @@ const (
 	// sees the output then an error: the family's final error event (SSE) and an aborted body.
 	partial
 	// partialUpstreamError: output reached the client, then the upstream's own error event,
-	// which the client sees as sent, and the body is aborted (even after a proper final
-	// event); no replay, no second target, and the outcome is partial.
+	// which the client sees as sent and as the one final event (no second one of the
+	// sidecar's, however the upstream then ended), and the body is aborted (even after a
+	// proper final event); no replay, no second target, and the outcome is partial.
 	partialUpstreamError
 	// stop: the first target's error goes back unchanged; the second target is never called.
 	stop
@@ -223,6 +224,10 @@ func matrixRows() []row {
 		midEvent := pt.RawOffset(ok, pt.ChatDelta(" from"), -30)
 		content := pt.Events(0, pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatDelta(" from"))
 		chatErr := pt.Chunk{Data: pt.ChatError("The server had an error", "server_error", "server_error")}
+		// vLLM's stream generators end a failure with {"error": {...}} and then [DONE]
+		// (vllm/entrypoints/openai/serving_chat.py, create_streaming_error_response), the
+		// message being the exception's text: longer than the tail keeps of an event.
+		longErr := pt.Chunk{Data: `data: {"error": {"message": "` + strings.Repeat("The engine failed while generating. ", 12) + `", "type": "InternalServerError", "param": null, "code": 500}}` + "\n\n"}
 		add(
 			row{name: "reset after content", fam: chatSSE, steps: script(fault(ok, pt.FaultResetAfter, afterContent)), want: partial, shown: shown},
 			row{name: "reset mid event after content", fam: chatSSE, steps: script(fault(ok, pt.FaultResetAfter, midEvent)), want: partial, shown: shown},
@@ -233,6 +238,15 @@ func matrixRows() []row {
 			row{name: "garbage chunk framing after content", fam: chatSSE, steps: script(fault(ok, pt.FaultGarbageAfter, afterContent+2)), want: partial, shown: shown},
 			row{name: "in-stream error after content", fam: chatSSE, steps: script(fault(pt.SSE(append(content, chatErr)...), pt.FaultTruncate, 0)), want: partialUpstreamError, shown: shown},
 			row{name: "in-stream error after content, then [DONE]", fam: chatSSE, steps: script(pt.SSE(append(content, chatErr, pt.Chunk{Data: pt.Done})...)), want: partialUpstreamError, shown: shown},
+			row{name: "long in-stream error after content, then [DONE]", fam: chatSSE, steps: script(pt.SSE(append(content, longErr, pt.Chunk{Data: pt.Done})...)), want: partialUpstreamError, shown: shown},
+			row{name: "in-stream error after content, then a reset", fam: chatSSE, steps: func() []pt.Step {
+				s := pt.SSE(append(content, chatErr, pt.Chunk{Data: pt.ChatDelta("never")})...)
+				return script(fault(s, pt.FaultResetAfter, pt.RawOffset(s, chatErr.Data, 2)))
+			}(), want: partialUpstreamError, shown: shown},
+			row{name: "in-stream error after content, then a stall", fam: chatSSE, steps: func() []pt.Step {
+				s := pt.SSE(append(content, chatErr, pt.Chunk{Data: pt.Done})...)
+				return script(fault(s, pt.FaultStallAfter, pt.RawOffset(s, chatErr.Data, 2)))
+			}(), want: partialUpstreamError, shown: shown, peerClosed: true},
 		)
 		msg := messagesSSE.answer("t0")
 		msgShown := joinChunks(pt.AnthropicStream(0, "Hello")[:4])
@@ -243,6 +257,8 @@ func matrixRows() []row {
 			row{name: "stall after content", fam: messagesSSE, steps: script(fault(msg, pt.FaultStallAfter, afterText)), want: partial, shown: msgShown, peerClosed: true},
 			row{name: "in-stream overloaded error after content", fam: messagesSSE,
 				steps: script(pt.SSE(append(msgContent, pt.Chunk{Data: pt.AnthropicStreamError("overloaded_error", "Overloaded")})...)), want: partialUpstreamError, shown: msgShown},
+			row{name: "in-stream overloaded error after content, then a truncated body", fam: messagesSSE,
+				steps: script(fault(pt.SSE(append(msgContent, pt.Chunk{Data: pt.AnthropicStreamError("overloaded_error", "Overloaded")})...), pt.FaultTruncate, 0)), want: partialUpstreamError, shown: msgShown},
 		)
 		resp := responsesSSE.answer("t0")
 		respShown := joinChunks(pt.ResponsesStream(0, "Hello")[:5])
@@ -393,6 +409,9 @@ func playRow(t *testing.T, r row) {
 		}
 		sent := resp.Body
 		if i := interruptedTail(resp.Body, r.fam.name); r.fam.stream && (r.want == partial || i >= 0) {
+			if r.want == partialUpstreamError {
+				t.Fatalf("a second error event after the upstream's own%s", where())
+			}
 			if i < 0 {
 				t.Fatalf("no final interrupted-stream event in the family's shape%s", where())
 			}
