@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -48,10 +49,14 @@ func (l clientListener) Accept() (net.Conn, error) {
 type clientConn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
-	sock  rawSocket   // every other read and write
-	ahead *readAhead  // bytes read but not yet returned; nil when none
-	rset  time.Time   // the read deadline on the socket (zero: none)
-	idle  atomic.Bool // waiting for a request's first byte (read by Server.closeIdleHandedBack)
+	sock  rawSocket  // every other read and write
+	ahead *readAhead // bytes read but not yet returned; nil when none
+	// pending are bytes of the client's next requests that fasthttp had read before a stream
+	// hijacked the connection (a pipelining client), given back by reclaim: read first.
+	pending    []byte
+	reclaiming bool        // reclaim is reading what fasthttp's wrapper holds: the socket is not read
+	rset       time.Time   // the read deadline on the socket (zero: none)
+	idle       atomic.Bool // waiting for a request's first byte (read by Server.closeIdleHandedBack)
 	// lineFamily is the family of the request line read last (requestLineFamily): the shape
 	// for an error fasthttp reports after it reset the request (431, a chunked 413).
 	lineFamily stream.Family
@@ -77,6 +82,16 @@ const readAheadSize = 4 << 10
 var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
 
 func (c *clientConn) Read(p []byte) (int, error) {
+	if c.reclaiming {
+		return 0, errReclaimed
+	}
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		if c.pending = c.pending[n:]; len(c.pending) == 0 {
+			c.pending = nil
+		}
+		return n, nil
+	}
 	if a := c.ahead; a != nil {
 		n := copy(p, a.b[a.off:a.end])
 		a.off += n
@@ -116,6 +131,35 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		c.ahead = a
 	}
 	return 1, nil
+}
+
+// errReclaimed ends reclaim's reads where they would reach the socket.
+var errReclaimed = errors.New("reclaimed")
+
+// reclaim takes back the connection from hijacked, fasthttp's wrapper of it after a stream
+// hijacked it, so that the server is handed c itself for the next requests. The bytes the
+// wrapper's reader holds (requests the client sent before the stream ended) are read through
+// it, and go before what c still holds itself; nothing is read from the socket. It reports
+// false when the wrapper's reader failed otherwise: the connection cannot serve another request.
+func (c *clientConn) reclaim(hijacked io.Reader) bool {
+	c.reclaiming = true
+	defer func() { c.reclaiming = false }()
+	a := readAheads.Get().(*readAhead)
+	defer readAheads.Put(a)
+	var held []byte
+	for {
+		n, err := hijacked.Read(a.b[:])
+		held = append(held, a.b[:n]...) // rare: only a client that pipelined has any
+		switch {
+		case err == errReclaimed:
+			if len(held) > 0 {
+				c.pending = append(held, c.pending...)
+			}
+			return true
+		case err != nil:
+			return false
+		}
+	}
 }
 
 // readInto is the RawConn.Read callback of a one-byte read: it reads what has arrived into a

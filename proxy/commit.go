@@ -297,15 +297,24 @@ func (ex *exchange) serveStream(c net.Conn) {
 	p.end(clientLeft) // the exchange goes back to the pool here
 	if keepAlive && !s.closing.Load() {
 		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
-		cc, _ := w.(*clientConn)
-		if cc != nil {
+		serve := c
+		if cc, ok := w.(*clientConn); ok {
+			// The client connection itself is served, not fasthttp's wrapper of it: the next
+			// stream's hijack would wrap that wrapper, one level deeper per stream for as long
+			// as the client keeps the connection, and the handler's ctx.Conn() would hide the
+			// socket that tells when the client leaves (socketOf).
+			if !cc.reclaim(c) {
+				c.Close()
+				return
+			}
+			serve = cc
 			// Listed before closing is looked at again: a shutdown that began meanwhile either
 			// is seen here or finds the connection in the list (Server.closeIdleHandedBack).
 			s.handedBack.Store(cc, nil)
 			defer s.handedBack.Delete(cc)
 		}
 		if !s.closing.Load() {
-			s.proxy.ServeConn(c) //nolint:errcheck // the connection's own end: nothing to report
+			s.proxy.ServeConn(serve) //nolint:errcheck // the connection's own end: nothing to report
 			return
 		}
 	}
