@@ -258,8 +258,9 @@ type pool struct {
 	tlsConfig      *tls.Config
 	connectTimeout time.Duration
 
-	mu   sync.Mutex
-	idle []*upConn
+	mu    sync.Mutex
+	idle  []*upConn
+	swept time.Time // when put last looked at the oldest idle connections (dropStale)
 }
 
 func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *pool {
@@ -304,6 +305,10 @@ func (p *pool) put(c *upConn, now time.Time) {
 	c.idleSince = now
 	c.releaseReader()
 	p.mu.Lock()
+	if now.Sub(p.swept) >= stalePeekAfter {
+		p.swept = now
+		p.dropStale(now)
+	}
 	if len(p.idle) < maxIdlePerTarget {
 		p.idle = append(p.idle, c)
 		c = nil
@@ -311,6 +316,28 @@ func (p *pool) put(c *upConn, now time.Time) {
 	p.mu.Unlock()
 	if c != nil {
 		c.close()
+	}
+}
+
+// dropStale closes the oldest idle connections while they are past idleConnTimeout or closed
+// by the far side. get takes the newest, so after a burst the connections below the few that
+// steady traffic keeps using are reached only here: else they stayed open for as long as the
+// traffic stayed below the burst, each a descriptor, in CLOSE_WAIT once the target let them
+// go. Called with mu held, at most once per stalePeekAfter: one peek, and one more per
+// connection it closes.
+func (p *pool) dropStale(now time.Time) {
+	n := 0
+	for _, c := range p.idle {
+		if now.Sub(c.idleSince) <= idleConnTimeout && (now.Sub(c.idleSince) <= stalePeekAfter || !peerClosed(c.fd)) {
+			break
+		}
+		c.close()
+		n++
+	}
+	if n > 0 {
+		m := copy(p.idle, p.idle[n:])
+		clear(p.idle[m:])
+		p.idle = p.idle[:m]
 	}
 }
 

@@ -1,8 +1,11 @@
 package proxy_test
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,5 +110,76 @@ func TestAnswerWithoutContentTypeGetsNone(t *testing.T) {
 		if ct, ok := r.Header["Content-Type"]; ok {
 			t.Errorf("%s: the answer has Content-Type %q, the upstream sent none", body, ct)
 		}
+	}
+}
+
+// closeWaitTo counts this process's sockets to port that the far side has closed and this
+// side has not (CLOSE_WAIT), from /proc/net/tcp.
+func closeWaitTo(t *testing.T, port int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skip("no /proc/net/tcp")
+	}
+	want := fmt.Sprintf(":%04X", port)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[2], want) && f[3] == "08" {
+			n++
+		}
+	}
+	return n
+}
+
+// A burst fills a target's idle pool; the traffic that follows, one request at a time, reuses
+// only the newest connection. The ones below it must not stay open for ever once the target
+// has closed them (in CLOSE_WAIT, each a descriptor): the pool lets them go.
+func TestIdlePoolShrinksAfterABurst(t *testing.T) {
+	const burst = 24
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if strings.Contains(string(ctx.PostBody()), "burst") {
+				time.Sleep(100 * time.Millisecond) // every request of the burst on a connection of its own
+			}
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(pt.ChatCompletion("hi"))
+		},
+		IdleTimeout: 200 * time.Millisecond, // closes keep-alive connections soon after each answer
+	}
+	go srv.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { srv.Shutdown() })
+	s := start(t, targets("http://"+ln.Addr().String()+"/v1")...)
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := s.Post("/chat/completions", strings.Replace(chatBody, "hello", "burst", 1)); r.Status != 200 {
+				t.Errorf("status %d", r.Status)
+			}
+		}()
+	}
+	wg.Wait()
+	// One request at a time from here on, more often than the target's idle timeout: the
+	// newest connection stays alive, the burst's others are closed by the target.
+	port := ln.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	for n := 0; ; n++ {
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+			t.Fatalf("status %d", r.Status)
+		}
+		n := closeWaitTo(t, port)
+		if n == 0 && time.Since(start) > 500*time.Millisecond {
+			return
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("%d pooled connections the target closed are still open", n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
