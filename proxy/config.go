@@ -516,6 +516,10 @@ func (l *loader) validateServer(s *ServerConfig) {
 	}
 	if s.Strategy == "sticky" && strings.TrimSpace(s.StickyHeader) == "" {
 		l.problem("%s: must name a header for FAILOVER_STRATEGY=sticky", l.shown(envPrefix+"STICKY_HEADER"))
+	} else if s.Strategy == "sticky" && !isToken(s.StickyHeader) {
+		// A name with a space (" X-Session-Id", "X-Session-Id ") or a ':' matches no request
+		// header: every request would silently go in declared order.
+		l.problem("%s: not a header name (no spaces, ':' or other separators), like X-Session-Id", l.shown(envPrefix+"STICKY_HEADER"))
 	}
 	if s.MaxInflight < 0 {
 		l.problem("%s: must be >= 0 (0 = no limit)", l.shown(envPrefix+"MAX_INFLIGHT"))
@@ -543,7 +547,9 @@ func validPort(port string, lowest int) bool {
 
 // sameListener reports whether two valid host:port listener addresses would collide: the same
 // port (0, "any free port", never collides) on the same host, or on any host when either
-// side is a wildcard ("", 0.0.0.0, ::) that already binds every address.
+// side is a wildcard ("", 0.0.0.0, ::) that already binds every address. Hosts are compared
+// as the addresses they bind: IP literals by value (::1 is 0:0:0:0:0:0:0:1), and localhost as
+// 127.0.0.1, the address net.Listen takes for it (its first IPv4 address).
 func sameListener(a, b string) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
@@ -552,8 +558,24 @@ func sameListener(a, b string) bool {
 	if na != nb || na == 0 {
 		return false
 	}
-	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return strings.EqualFold(ha, hb) || wildcard(ha) || wildcard(hb)
+	ipa, ipb := listenIP(ha), listenIP(hb)
+	wildcard := func(h string, ip net.IP) bool { return h == "" || ip != nil && ip.IsUnspecified() }
+	if wildcard(ha, ipa) || wildcard(hb, ipb) {
+		return true
+	}
+	if ipa != nil && ipb != nil {
+		return ipa.Equal(ipb)
+	}
+	return strings.EqualFold(ha, hb)
+}
+
+// listenIP is the address a listener host binds when it can be known without a lookup: an IP
+// literal, or localhost. Nil for other host names.
+func listenIP(host string) net.IP {
+	if strings.EqualFold(host, "localhost") {
+		return net.IPv4(127, 0, 0, 1)
+	}
+	return net.ParseIP(host)
 }
 
 func (l *loader) validateTargets(c *Config, required bool) {

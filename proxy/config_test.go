@@ -398,3 +398,64 @@ func TestSize(t *testing.T) {
 		}
 	}
 }
+
+// Two listener addresses that bind the same socket are refused by Load (so -check exits 2),
+// however each host is written; the start would otherwise fail with "address already in use".
+func TestLoadListenersThatCollide(t *testing.T) {
+	for _, tc := range []struct {
+		listen, metrics string
+		collide         bool
+	}{
+		{"127.0.0.1:4000", "127.0.0.1:4000", true},
+		{"127.0.0.1:4000", "localhost:4000", true},
+		{"LOCALHOST:4000", "127.0.0.1:4000", true},
+		{"[::1]:4000", "[0:0:0:0:0:0:0:1]:4000", true},
+		{"127.0.0.1:4000", "[0::0]:4000", true},
+		{"127.0.0.1:4000", ":4000", true},
+		{"127.0.0.1:4000", "[::1]:4000", false},
+		{"127.0.0.1:4000", "127.0.0.2:4000", false},
+		{"localhost:4000", "localhost:4001", false},
+		{"localhost:0", "127.0.0.1:0", false},
+	} {
+		t.Run(tc.listen+"/"+tc.metrics, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_LISTEN=" + tc.listen, "FAILOVER_METRICS_LISTEN=" + tc.metrics}, true)
+			if got := err != nil && strings.Contains(err.Error(), "cannot share an address"); got != tc.collide {
+				t.Errorf("collision reported %v, want %v (err %v)", got, tc.collide, err)
+			}
+		})
+	}
+}
+
+// Values that would silently disable a rule are refused: a sticky header name that no request
+// header can have, a _PATHS prefix written with the _MODELS wildcard, and a bad _MODELS entry
+// after a "*".
+func TestLoadRejectsSilentNoOps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string // "" = valid
+	}{
+		{"sticky header with a leading space", []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER= X-User"}, `FAILOVER_STICKY_HEADER=" X-User": not a header name`},
+		{"sticky header with a trailing space", []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=X-User "}, `FAILOVER_STICKY_HEADER="X-User ": not a header name`},
+		{"sticky header with a colon", []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=X-User:"}, "not a header name"},
+		{"sticky header in lower case", []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=x-user"}, ""},
+		{"sticky header unused by another strategy", []string{"FAILOVER_STICKY_HEADER= X-User"}, ""},
+		{"paths with a trailing wildcard", []string{"FAILOVER_TARGET_0_PATHS=/v1/chat/*"}, `FAILOVER_TARGET_0_PATHS="/v1/chat/*": "/v1/chat/*": a path prefix is a plain path`},
+		{"paths with a query", []string{"FAILOVER_TARGET_0_PATHS=/v1/messages,/v1/chat?x=1"}, "a path prefix is a plain path"},
+		{"paths with an empty entry", []string{"FAILOVER_TARGET_0_PATHS=/v1/chat,,/v1/messages"}, "starts with /v1/"},
+		{"models: an empty entry after *", []string{"FAILOVER_TARGET_0_MODELS=*,,gpt-4o"}, "empty model name"},
+		{"models: a bad wildcard after *", []string{"FAILOVER_TARGET_0_MODELS=*,gpt-*-mini"}, "only allowed at the end"},
+		{"models: an empty entry before *", []string{"FAILOVER_TARGET_0_MODELS=gpt-4o,,*"}, "empty model name"},
+		{"models: * with others", []string{"FAILOVER_TARGET_0_MODELS=gpt-4o, *"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(append([]string{"FAILOVER_TARGET_0_URL=http://a/v1"}, tc.env...), true)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("want valid, got %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("want an error with %q, got %v", tc.want, err)
+			}
+		})
+	}
+}

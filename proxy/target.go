@@ -187,13 +187,14 @@ func parseModels(s string) ([]modelPattern, error) {
 		return nil, nil
 	}
 	var out []modelPattern
+	all := false
 	for _, m := range strings.Split(s, ",") {
 		m = strings.TrimSpace(m)
 		switch {
 		case m == "":
 			return nil, fmt.Errorf("empty model name (two commas in a row, or a trailing comma?)")
 		case m == "*":
-			return nil, nil // every model
+			all = true // every model; the rest of the list is still checked
 		case strings.Contains(strings.TrimSuffix(m, "*"), "*"):
 			return nil, fmt.Errorf("%q: '*' is only allowed at the end", m)
 		case strings.HasSuffix(m, "*"):
@@ -201,6 +202,9 @@ func parseModels(s string) ([]modelPattern, error) {
 		default:
 			out = append(out, modelPattern{text: []byte(m)})
 		}
+	}
+	if all {
+		return nil, nil
 	}
 	return out, nil
 }
@@ -215,6 +219,11 @@ func parsePaths(s string) ([][]byte, error) {
 		p = strings.TrimSpace(p)
 		if !strings.HasPrefix(p, "/v1/") && p != "/v1" {
 			return nil, fmt.Errorf("%q: a path prefix starts with /v1/, like /v1/messages", p)
+		}
+		if strings.ContainsAny(p, "*?# \t") {
+			// "/v1/chat/*" (the _MODELS wildcard) would match no request path, and the
+			// target would silently serve nothing there: a prefix already covers what follows.
+			return nil, fmt.Errorf("%q: a path prefix is a plain path matched on whole segments (no '*', '?', '#' or spaces): /v1/chat serves /v1/chat/completions", p)
 		}
 		if trimmed := strings.TrimRight(p, "/"); trimmed != "" {
 			p = trimmed

@@ -158,6 +158,8 @@ func TestCheckRejectsListenersThatCannotWork(t *testing.T) {
 		{"FAILOVER_LISTEN=127.0.0.1:99999"},
 		{"FAILOVER_LISTEN=localhost:abc"},
 		{"FAILOVER_LISTEN=127.0.0.1:4999", "FAILOVER_METRICS_LISTEN=127.0.0.1:4999"},
+		// localhost binds 127.0.0.1: the start would fail with "address already in use".
+		{"FAILOVER_LISTEN=127.0.0.1:4999", "FAILOVER_METRICS_LISTEN=localhost:4999"},
 	} {
 		env := append([]string{"FAILOVER_TARGET_0_URL=https://api.example/v1"}, extra...)
 		if _, stderr, code := runBinary(t, env, "-check"); code != 2 || !strings.Contains(stderr, "FAILOVER_LISTEN") {
