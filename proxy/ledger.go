@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/llm-failover/failover/classify"
@@ -223,23 +225,64 @@ func (r *requestRecord) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.String("request_id", string(ex.requestID)),
 		slog.String("family", familyNames[ex.family]),
-		slog.String("path", string(ex.logPath())),
+		slog.String("path", logText(ex.logPath())),
 		slog.Bool("stream", ex.streaming),
 		slog.String("outcome", ex.outcome.String()),
 		slog.Int("status", ex.status),
 		slog.Int("attempts", ex.ledger.n),
 	}
 	if len(ex.model) > 0 {
-		attrs = append(attrs, slog.String("model", string(ex.logModel())))
+		attrs = append(attrs, slog.String("model", logText(ex.logModel())))
 	}
 	if m := ex.logServedModel(); m != nil {
-		attrs = append(attrs, slog.String("served_model", string(m)))
+		attrs = append(attrs, slog.String("served_model", logText(m)))
 	}
 	if ex.servedBy != nil {
 		attrs = append(attrs, slog.String("target", ex.servedBy.Name))
 	}
 	attrs = append(attrs, slog.Float64("duration_ms", float64(ex.duration.Microseconds())/1000), slog.String("ledger", string(ex.ledger.AppendText(nil))))
 	return slog.GroupValue(attrs...)
+}
+
+// logText renders a value the client chose (the path, the model) for the text log. tint, on
+// a terminal, quotes a value with strconv.Quote and then turns every `\x1b` of the result back
+// into ESC, so that values may carry colours: a raw ESC in the value, or the four characters
+// \x1b after a backslash, would reach the operator's terminal as an escape sequence (clearing
+// the screen, moving the cursor over earlier lines, setting the title). Here every rune that
+// is not printable becomes a \u escape, an invalid byte \xNN (never 1b), and the backslash
+// itself \u005c, so no `\x1b` can appear in what tint writes. Without colours tint cuts a
+// value at its first invalid byte or U+FFFD; escaped, the value is kept whole.
+func logText(b []byte) string {
+	plain := true
+	for _, c := range b {
+		if c < ' ' || c >= 0x7f || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(b)
+	}
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			out = append(out, '\\', 'x', hex[b[i]>>4], hex[b[i]&15])
+		case r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r):
+			if r > 0xffff {
+				out = append(out, '\\', 'U', hex[r>>28&15], hex[r>>24&15], hex[r>>20&15], hex[r>>16&15])
+			} else {
+				out = append(out, '\\', 'u')
+			}
+			out = append(out, hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+		default:
+			out = append(out, b[i:i+size]...)
+		}
+		i += size
+	}
+	return string(out)
 }
 
 // logRequest writes the one record per request (msg=request).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lmittmann/tint"
+
+	"github.com/llm-failover/failover/proxy"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -476,5 +480,56 @@ func readAll(resp *http.Response) (string, error) {
 			}
 			return b.String(), err
 		}
+	}
+}
+
+// TestTextLogCarriesNoTerminalEscapes: the path and the model are the client's, and the text
+// log on a terminal (tint with colours) must not pass them to the terminal as escape
+// sequences: raw, or written as the four characters \x1b after a backslash, which tint turns
+// back into ESC when it quotes a value.
+func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
+	up := upstream(t, pt.JSON(200, pt.ChatCompletion("hi")))
+	cfg, err := proxy.Load(targets(up.URL), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out sidecar.SyncBuffer
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(tint.NewHandler(&out, &tint.Options{NoColor: false}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+
+	body := `{"model":"gpt-4o\u001b]0;owned\u001b\\\u001b[2J","messages":[]}`
+	req := "POST /v1/chat/completions/%1b[1A%1b[2K%20\\x1b[1A\\x1b[2K HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, req)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var line string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if line = out.String(); strings.Contains(line, " request ") {
+			break
+		}
+	}
+	if !strings.Contains(line, "model=") || !strings.Contains(line, "path=") {
+		t.Fatalf("no request record: %q", line)
+	}
+	// tint's own colours are SGR sequences (ESC [ digits m); any other ESC is the client's.
+	if rest := regexp.MustCompile(`\x1b\[[0-9;]*m`).ReplaceAllString(line, ""); strings.Contains(rest, "\x1b") {
+		t.Errorf("a client's escape sequence reached the terminal: %q", line)
 	}
 }
