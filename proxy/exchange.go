@@ -35,9 +35,10 @@ type exchange struct {
 	streaming   bool
 	head        bool
 	requestID   []byte
-	tokenHeader []byte // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
-	reqBody     []byte // the client's body: valid while the handler runs
-	subBody     []byte // the body with a substituted model
+	tokenHeader []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
+	connection  [][]byte // the options the client's Connection lines name (views into its header)
+	reqBody     []byte   // the client's body: valid while the handler runs
+	subBody     []byte   // the body with a substituted model
 	uri         []byte
 
 	// The sweep.
@@ -904,9 +905,8 @@ func (ex *exchange) buildRequest(a *attempt) {
 	b = append(b, t.host...)
 	b = append(b, '\r', '\n')
 
-	connection := rh.PeekAll(stringConnection) // every Connection line (fasthttp keeps each)
 	for k, v := range rh.All() {
-		if ex.dropped(t, k, v, connection) {
+		if ex.dropped(t, k, v, ex.connection) {
 			continue
 		}
 		b = appendHeaderLine(b, k, v)
@@ -938,6 +938,33 @@ func (ex *exchange) buildRequest(a *attempt) {
 	}
 	ex.upHead = append(b, '\r', '\n')
 	ex.upBody = body
+}
+
+// maxConnectionOptions bounds the options a request's Connection lines may name. Each one is
+// compared with every header the client sent, on every attempt: a 16 KiB header block of a few
+// thousand options and a few thousand empty headers would cost some 60 ms of CPU per attempt
+// (a hundred times a plain request). Clients name one or two (keep-alive, Upgrade).
+const maxConnectionOptions = 32
+
+// readConnection collects the options the client's Connection lines name into ex.connection,
+// one per entry (isHopByHop reads each as a one-item line); false when there are more than
+// maxConnectionOptions.
+func (ex *exchange) readConnection() bool {
+	ex.connection = ex.connection[:0]
+	for _, line := range ex.ctx.Request.Header.PeekAll(stringConnection) { // fasthttp keeps each line
+		for len(line) > 0 {
+			var tok []byte
+			tok, line = cutList(line, ',')
+			if tok = bytes.TrimSpace(tok); len(tok) == 0 {
+				continue
+			}
+			if len(ex.connection) == maxConnectionOptions {
+				return false
+			}
+			ex.connection = append(ex.connection, tok)
+		}
+	}
+	return true
 }
 
 // appendHeaderLine appends "k: v" and CRLF.

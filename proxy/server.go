@@ -312,6 +312,8 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 		ex.reject(fasthttp.StatusServiceUnavailable, codeOverloaded, "too many requests in flight in the failover sidecar; retry shortly")
 	case !ex.authorized():
 		ex.reject(fasthttp.StatusUnauthorized, codeUnauthorized, "missing or wrong token for the failover sidecar (FAILOVER_INBOUND_TOKEN)")
+	case !ex.readConnection():
+		ex.reject(fasthttp.StatusBadRequest, codeBadRequest, fmt.Sprintf("the Connection header names more than %d options", maxConnectionOptions))
 	default:
 		ex.run()
 	}
