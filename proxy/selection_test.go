@@ -61,23 +61,28 @@ func TestStrategiesAroundEjectedTargets(t *testing.T) {
 	})
 }
 
-// TestLeastLatencyDoesNotFavourAFastError: a target that answers 503 (or anything the sweep
-// must transfer from) at once has no useful time to first byte; as a sample it would make a
-// failing target the favourite, and every request would try it first and transfer.
+// TestLeastLatencyDoesNotFavourAFastError: a target that refuses connections, or answers 503
+// (or anything the sweep must transfer from), does so at once and has no useful time to first
+// byte; as a sample it would make a failing target the favourite, and every request would try
+// it first and transfer.
 func TestLeastLatencyDoesNotFavourAFastError(t *testing.T) {
+	answering := func(step pt.Step) func(t *testing.T) string {
+		return func(t *testing.T) string { return upstream(t, step).URL }
+	}
 	for _, tc := range []struct {
 		name string
-		fail pt.Step
+		fail func(t *testing.T) string // the failing target's URL
 	}{
-		{"503", busy},
-		{"429", pt.JSON(429, pt.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded"))},
-		{"404 model not found", pt.JSON(404, pt.OpenAIError("The model `gpt-4o-mini` does not exist", "invalid_request_error", "model_not_found"))},
+		{"refused connection", func(*testing.T) string { return pt.RefusedURL() }},
+		{"503", answering(busy)},
+		{"429", answering(pt.JSON(429, pt.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded")))},
+		{"404 model not found", answering(pt.JSON(404, pt.OpenAIError("The model `gpt-4o-mini` does not exist", "invalid_request_error", "model_not_found")))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok := pt.JSON(200, pt.ChatCompletion("answered"))
 			ok.Delay = 30 * time.Millisecond
-			a, b := upstream(t, ok), upstream(t, tc.fail)
-			s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=least-latency", "FAILOVER_EJECT_AFTER=0"})...)
+			a := upstream(t, ok)
+			s := start(t, env(targets(a.URL, tc.fail(t)), []string{"FAILOVER_STRATEGY=least-latency", "FAILOVER_EJECT_AFTER=0"})...)
 			transfers := 0
 			for range 32 {
 				r := s.Post("/chat/completions", chatBody)
