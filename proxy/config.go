@@ -783,11 +783,11 @@ func (c *Config) Describe() string {
 	line("# policy")
 	line("FAILOVER_STRATEGY=%s%s", s.Strategy, map[bool]string{true: "  FAILOVER_STICKY_HEADER=" + s.StickyHeader}[s.Strategy == "sticky"])
 	bc := &c.Budget
-	line("FAILOVER_ENABLED=%t  FAILOVER_MAX_ATTEMPTS=%d  FAILOVER_MAX_ELAPSED=%s", bc.Enabled, bc.MaxAttempts, bc.MaxElapsed)
+	line("FAILOVER_ENABLED=%t  FAILOVER_MAX_ATTEMPTS=%d  FAILOVER_MAX_ELAPSED=%s", bc.Enabled, bc.MaxAttempts, limitText(bc.MaxElapsed))
 	line("FAILOVER_SAME_TARGET_RETRIES=%d  FAILOVER_BACKOFF_BASE=%s  FAILOVER_BACKOFF_MAX=%s  FAILOVER_RETRY_AFTER_MAX=%s",
 		bc.SameTargetRetries, bc.BackoffBase, capText(bc.BackoffMax), bc.RetryAfterMax)
 	line("FAILOVER_CONNECT_TIMEOUT=%s  FAILOVER_FIRST_BYTE_TIMEOUT=%s  FAILOVER_IDLE_TIMEOUT=%s  FAILOVER_ATTEMPT_TIMEOUT=%s",
-		s.ConnectTimeout, s.FirstByteTimeout, s.IdleTimeout, s.AttemptTimeout)
+		limitText(s.ConnectTimeout), limitText(s.FirstByteTimeout), limitText(s.IdleTimeout), limitText(s.AttemptTimeout))
 	line("FAILOVER_PEEK_BYTES=%s", s.PeekBytes)
 	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s", bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax))
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
@@ -795,6 +795,15 @@ func (c *Config) Describe() string {
 		line("%s", l)
 	}
 	return b.String()
+}
+
+// limitText renders a time limit for -check: 0 turns it off (SPEC section 3), which a bare
+// "0s" would not say.
+func limitText(d time.Duration) string {
+	if d == 0 {
+		return "<no limit>"
+	}
+	return d.String()
 }
 
 // capText renders a cap for -check. A bare "0s" would read as "capped at nothing" where it

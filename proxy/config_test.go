@@ -95,9 +95,10 @@ func TestLoadTargetRetries(t *testing.T) {
 }
 
 // TestLoadZeroCapsAreNoCap: SPEC section 3, "0 disables a limit", also for the two caps, and
-// -check says so rather than printing a cap of 0s.
+// -check says so rather than printing a cap or a timeout of 0s.
 func TestLoadZeroCapsAreNoCap(t *testing.T) {
-	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_BACKOFF_MAX=0", "FAILOVER_EJECT_MAX=0"}, true)
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_BACKOFF_MAX=0", "FAILOVER_EJECT_MAX=0",
+		"FAILOVER_CONNECT_TIMEOUT=0", "FAILOVER_FIRST_BYTE_TIMEOUT=0", "FAILOVER_IDLE_TIMEOUT=0", "FAILOVER_ATTEMPT_TIMEOUT=0"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,8 @@ func TestLoadZeroCapsAreNoCap(t *testing.T) {
 		t.Errorf("BackoffMax %v, EjectMax %v; want 0, 0", c.Budget.BackoffMax, c.Budget.EjectMax)
 	}
 	d := c.Describe()
-	for _, want := range []string{"FAILOVER_BACKOFF_MAX=<no cap>", "FAILOVER_EJECT_MAX=<no cap>"} {
+	for _, want := range []string{"FAILOVER_BACKOFF_MAX=<no cap>", "FAILOVER_EJECT_MAX=<no cap>", "FAILOVER_MAX_ELAPSED=<no limit>",
+		"FAILOVER_CONNECT_TIMEOUT=<no limit>", "FAILOVER_FIRST_BYTE_TIMEOUT=<no limit>", "FAILOVER_IDLE_TIMEOUT=<no limit>", "FAILOVER_ATTEMPT_TIMEOUT=<no limit>"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Describe lacks %q:\n%s", want, d)
 		}
