@@ -11,13 +11,15 @@ type Config struct {
 	Enabled           bool          `env:"ENABLED" envDefault:"true"`
 	MaxAttempts       int           `env:"MAX_ATTEMPTS" envDefault:"0"` // transfers allowed after the first target; 0 = every remaining target
 	MaxElapsed        time.Duration `env:"MAX_ELAPSED" envDefault:"0"`  // 0 = no limit
-	SameTargetRetries int           `env:"SAME_TARGET_RETRIES" envDefault:"0"`
+	SameTargetRetries int           `env:"SAME_TARGET_RETRIES" envDefault:"1"`
 	BackoffBase       time.Duration `env:"BACKOFF_BASE" envDefault:"200ms"`
 	BackoffMax        time.Duration `env:"BACKOFF_MAX" envDefault:"5s"` // 0 = no cap
 	RetryAfterMax     time.Duration `env:"RETRY_AFTER_MAX" envDefault:"10s"`
 	EjectAfter        int           `env:"EJECT_AFTER" envDefault:"5"` // 0 = never eject on consecutive failures
-	EjectBase         time.Duration `env:"EJECT_BASE" envDefault:"30s"`
-	EjectMax          time.Duration `env:"EJECT_MAX" envDefault:"300s"`         // 0 = no cap
+	EjectBase         time.Duration `env:"EJECT_BASE" envDefault:"10s"`
+	EjectMax          time.Duration `env:"EJECT_MAX" envDefault:"10s"`          // 0 = no cap
+	EjectSilent       time.Duration `env:"EJECT_SILENT" envDefault:"60s"`       // shortest ejection after a timeout
+	ProbeInterval     time.Duration `env:"PROBE_INTERVAL" envDefault:"5s"`      // background probe of targets ejected for timing out; 0 = off
 	RetryBudgetRatio  float64       `env:"RETRY_BUDGET_RATIO" envDefault:"0.2"` // 0 = unlimited
 	RetryBudgetMin    int           `env:"RETRY_BUDGET_MIN" envDefault:"10"`    // floor, per second, over a 10 s window
 }
@@ -67,6 +69,8 @@ func (c *Config) Validate() []error {
 	case c.EjectBase > 0 && c.EjectMax > 0 && c.EjectMax < c.EjectBase:
 		bad("EJECT_MAX", "must be >= FAILOVER_EJECT_BASE (%s) or 0 (no cap), got %s", c.EjectBase, c.EjectMax)
 	}
+	nonNegativeDuration("EJECT_SILENT", c.EjectSilent)
+	nonNegativeDuration("PROBE_INTERVAL", c.ProbeInterval)
 	// Written so that NaN fails too.
 	if !(c.RetryBudgetRatio >= 0 && c.RetryBudgetRatio <= maxRetryBudgetRatio) {
 		bad("RETRY_BUDGET_RATIO", "must be in [0, %d] (0 = unlimited), got %g", maxRetryBudgetRatio, c.RetryBudgetRatio)

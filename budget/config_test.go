@@ -11,20 +11,23 @@ import (
 // defaults is the Config that the envDefault tags describe.
 func defaults() Config {
 	return Config{
-		Enabled:          true,
-		BackoffBase:      200 * time.Millisecond,
-		BackoffMax:       5 * time.Second,
-		RetryAfterMax:    10 * time.Second,
-		EjectAfter:       5,
-		EjectBase:        30 * time.Second,
-		EjectMax:         300 * time.Second,
-		RetryBudgetRatio: 0.2,
-		RetryBudgetMin:   10,
+		Enabled:           true,
+		SameTargetRetries: 1,
+		BackoffBase:       200 * time.Millisecond,
+		BackoffMax:        5 * time.Second,
+		RetryAfterMax:     10 * time.Second,
+		EjectAfter:        5,
+		EjectBase:         10 * time.Second,
+		EjectMax:          10 * time.Second,
+		EjectSilent:       60 * time.Second,
+		ProbeInterval:     5 * time.Second,
+		RetryBudgetRatio:  0.2,
+		RetryBudgetMin:    10,
 	}
 }
 
 // TestConfigTagsMatchDefaults parses every envDefault tag the way caarlos0/env does and compares it with
-// defaults(), so the SPEC defaults, the tags and the tests cannot drift apart.
+// defaults(), so the README's defaults, the tags and the tests cannot drift apart.
 func TestConfigTagsMatchDefaults(t *testing.T) {
 	var got Config
 	v := reflect.ValueOf(&got).Elem()
@@ -96,8 +99,13 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"FAILOVER_EJECT_AFTER: must be >= 0, got -1"}},
 		{"zero eject base points at EJECT_AFTER", func(c *Config) { c.EjectBase = 0 },
 			[]string{"FAILOVER_EJECT_BASE: must be > 0 (set FAILOVER_EJECT_AFTER=0 to never eject on failures), got 0s"}},
-		{"eject max below base names both", func(c *Config) { c.EjectMax = 10 * time.Second },
-			[]string{"FAILOVER_EJECT_MAX: must be >= FAILOVER_EJECT_BASE (30s) or 0 (no cap), got 10s"}},
+		{"eject max below base names both", func(c *Config) { c.EjectMax = 5 * time.Second },
+			[]string{"FAILOVER_EJECT_MAX: must be >= FAILOVER_EJECT_BASE (10s) or 0 (no cap), got 5s"}},
+		{"negative silent ejection", func(c *Config) { c.EjectSilent = -time.Second },
+			[]string{"FAILOVER_EJECT_SILENT: must be >= 0, got -1s"}},
+		{"negative probe interval", func(c *Config) { c.ProbeInterval = -time.Second },
+			[]string{"FAILOVER_PROBE_INTERVAL: must be >= 0, got -1s"}},
+		{"zero probe interval turns the background probe off", func(c *Config) { c.ProbeInterval = 0 }, nil},
 		{"zero eject max is no cap", func(c *Config) { c.EjectMax = 0 }, nil},
 		{"negative eject max", func(c *Config) { c.EjectMax = -time.Second },
 			[]string{"FAILOVER_EJECT_MAX: must be >= 0, got -1s"}},

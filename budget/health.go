@@ -8,11 +8,20 @@ import (
 
 // Health is one target's passive health, a small state machine in the manner of Envoy's outlier detection:
 //
-//	healthy --EjectAfter consecutive Failure, or Eject--> ejected (for EjectBase × consecutive ejections, capped at EjectMax)
+//	healthy --EjectAfter consecutive failures, or Eject--> ejected (for EjectBase × consecutive ejections, capped at EjectMax)
 //	ejected --time passes--> expired: the next Available hands out one probe, everyone else keeps skipping
 //	probing --Success--> healthy (failures and ejection count reset)
-//	probing --Failure or Eject--> ejected again, for the next, longer time
+//	probing --Failure or Eject--> ejected again, for the next (possibly longer) time
 //	probing --Release--> expired (the probe told nothing; the next Available probes again)
+//
+// Failures come in two kinds (README, Health). A fast one (a refused connection, a 5xx) costs a probing request
+// little, so a fast ejection lasts EjectBase (10 s by default) and recovery is quick. A silent one (a timeout,
+// SilentFailure) keeps the probing request waiting for the whole timeout, so a silent ejection lasts at least
+// EjectSilent (60 s by default): live requests probe it at most that often. In between, a background probe
+// (the proxy's, every ProbeInterval) may see the target answer again; ProbeAnswered then ends the ejection at
+// once, so the next request probes it. If that probe times out all the same, the background probe lied (the
+// target answers it but not real requests): until the target is healthy again, background answers are no
+// longer believed, and live probes keep their EjectSilent spacing.
 //
 // A Retry-After cooldown is apart from this: it makes the target unavailable until it ends, without counting as
 // an ejection, and a longer cooldown wins over a shorter one.
@@ -25,9 +34,10 @@ import (
 // One Health per target, shared by every request: safe for concurrent use. It is touched once per attempt, under
 // a mutex, except Available on a healthy target, which is one atomic load.
 type Health struct {
-	ejectAfter int
-	ejectBase  time.Duration
-	ejectMax   time.Duration
+	ejectAfter  int
+	ejectBase   time.Duration
+	ejectMax    time.Duration
+	ejectSilent time.Duration
 
 	// calm is true only while the target is neither ejected nor cooling down, so Available can answer without
 	// the lock. It is written under mu only.
@@ -38,13 +48,16 @@ type Health struct {
 	inRow      int // consecutive ejections, reset by a success
 	ejected    bool
 	probing    bool // a probe has been handed out and has not reported
+	silent     bool // the ejection was caused by a timeout
+	freed      bool // a background answer ended the current ejection early
+	distrust   bool // a live probe timed out after a background answer: background answers are not believed
 	ejectUntil time.Time
 	coolUntil  time.Time
 }
 
 // NewHealth returns the health of a healthy target under c's ejection settings.
 func NewHealth(c *Config) *Health {
-	h := &Health{ejectAfter: c.EjectAfter, ejectBase: c.EjectBase, ejectMax: c.EjectMax}
+	h := &Health{ejectAfter: c.EjectAfter, ejectBase: c.EjectBase, ejectMax: c.EjectMax, ejectSilent: c.EjectSilent}
 	h.calm.Store(true)
 	return h
 }
@@ -91,19 +104,32 @@ func (h *Health) Success(now time.Time) (restored bool) {
 	defer h.mu.Unlock()
 	restored = h.ejected
 	h.failures, h.inRow = 0, 0
-	h.ejected, h.probing = false, false
+	h.ejected, h.probing, h.silent, h.freed, h.distrust = false, false, false, false, false
 	h.calm.Store(!now.Before(h.coolUntil))
 	return restored
 }
 
-// Failure counts a health failure (network error, timeout, 5xx, 429: classify says which outcomes count). At
+// Failure counts a fast health failure (network error, 5xx, 429: classify says which outcomes count). At
 // EjectAfter consecutive failures (0 = never) the target is ejected; a failed probe re-ejects at once for the
-// next, longer time. ejected reports whether this call ejected the target, and d for how long.
+// next time. ejected reports whether this call ejected the target, and d for how long.
 func (h *Health) Failure(now time.Time) (ejected bool, d time.Duration) {
+	return h.failure(now, false)
+}
+
+// SilentFailure counts a failure by timing out (connect, first byte, whole attempt). It counts as Failure does,
+// but an ejection it causes lasts at least EjectSilent, and may be ended early by ProbeAnswered.
+func (h *Health) SilentFailure(now time.Time) (ejected bool, d time.Duration) {
+	return h.failure(now, true)
+}
+
+func (h *Health) failure(now time.Time, silent bool) (ejected bool, d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.probing:
+		if silent && h.freed {
+			h.distrust = true
+		}
 	case h.ejected:
 		return false, 0
 	default:
@@ -112,7 +138,7 @@ func (h *Health) Failure(now time.Time) (ejected bool, d time.Duration) {
 			return false, 0
 		}
 	}
-	return true, h.eject(now)
+	return true, h.eject(now, silent)
 }
 
 // Eject ejects the target at once (a credential failure: bad key, quota exhausted) under the same duration rule
@@ -123,19 +149,50 @@ func (h *Health) Eject(now time.Time) time.Duration {
 	if h.ejected && !h.probing {
 		return 0
 	}
-	return h.eject(now)
+	return h.eject(now, false)
 }
 
-// eject starts the next ejection. h.mu must be held.
-func (h *Health) eject(now time.Time) time.Duration {
+// eject starts the next ejection, silent or fast. h.mu must be held.
+func (h *Health) eject(now time.Time, silent bool) time.Duration {
 	h.inRow++
 	d := ejectFor(h.ejectBase, h.ejectMax, h.inRow)
+	if silent {
+		d = max(d, h.ejectSilent)
+	}
 	h.failures = 0
-	h.ejected, h.probing = true, false
+	h.ejected, h.probing, h.silent, h.freed = true, false, silent, false
 	h.ejectUntil = now.Add(d)
 	h.calm.Store(false)
 	h.ejections.Add(1)
 	return d
+}
+
+// WantsProbe reports whether the background probe should look at this target now: it is ejected for timing
+// out, its ejection is still running, no request is probing it, and background answers are still believed.
+func (h *Health) WantsProbe(now time.Time) bool {
+	if h.calm.Load() {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.wantsProbe(now)
+}
+
+func (h *Health) wantsProbe(now time.Time) bool {
+	return h.ejected && h.silent && !h.distrust && !h.probing && now.Before(h.ejectUntil)
+}
+
+// ProbeAnswered records that the background probe got an answer from the target: a silent ejection that
+// WantsProbe would still probe ends now, so the next request probes the target with real traffic. It reports
+// whether it ended one (log target_probe_answered).
+func (h *Health) ProbeAnswered(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.wantsProbe(now) {
+		return false
+	}
+	h.ejectUntil, h.freed = now, true
+	return true
 }
 
 // ejectFor returns base × n, capped at limit (when limit > 0), without overflow.
@@ -188,6 +245,45 @@ func (h *Health) Ejected(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ejected && now.Before(h.ejectUntil)
+}
+
+// State is what a target's health lets requests do with it now (failover_target_state, README Health).
+type State uint8
+
+const (
+	StateUp      State = iota // requests use it
+	StateCooling              // it asked for a pause (a Retry-After longer than FAILOVER_RETRY_AFTER_MAX): skipped until then
+	StateProbing              // its ejection is over: one request at a time tries it, the others skip it until one succeeds
+	StateEjected              // skipped until its ejection ends
+	NumStates
+)
+
+var stateNames = [NumStates]string{"up", "cooling", "probing", "ejected"}
+
+func (s State) String() string {
+	if s < NumStates {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// State returns the target's state now. An ejected target stays ejected or probing until a request shows it
+// healthy; a cooldown shows only when the target is not ejected.
+func (h *Health) State(now time.Time) State {
+	if h.calm.Load() {
+		return StateUp
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.ejected && now.Before(h.ejectUntil) && !h.probing:
+		return StateEjected
+	case h.ejected:
+		return StateProbing
+	case now.Before(h.coolUntil):
+		return StateCooling
+	}
+	return StateUp
 }
 
 // Ejections returns how many times the target has been ejected (monotonic, for failover_target_ejections_total).

@@ -14,6 +14,10 @@ import (
 //	op                   want
 //	avail                "ok", "probe" or "no"
 //	fail                 "ejected <d>" or "-"
+//	timeout              as fail, for a SilentFailure
+//	wants                WantsProbe: "true" or "false"
+//	answered             ProbeAnswered: "true" or "false"
+//	state                State: "up", "cooling", "probing" or "ejected"
 //	ok                   "restored" or "-"
 //	eject                the duration returned
 //	cool <d>             "" (Cooldown for d)
@@ -46,6 +50,17 @@ func (s step) run(h *Health) string {
 			return "not ejected, yet " + d.String()
 		}
 		return "-"
+	case "timeout":
+		if ejected, d := h.SilentFailure(now); ejected {
+			return "ejected " + d.String()
+		}
+		return "-"
+	case "wants":
+		return strconv.FormatBool(h.WantsProbe(now))
+	case "answered":
+		return strconv.FormatBool(h.ProbeAnswered(now))
+	case "state":
+		return h.State(now).String()
 	case "ok":
 		if h.Success(now) {
 			return "restored"
@@ -77,6 +92,8 @@ func TestHealth(t *testing.T) {
 		return &Config{EjectAfter: after, EjectBase: base, EjectMax: max}
 	}
 	std := config(3, 30*s, 300*s)
+	// defaults is the shipped policy (README, Health): fast ejections of 10 s, silent ones of 60 s.
+	defaults := &Config{EjectAfter: 5, EjectBase: 10 * s, EjectMax: 10 * s, EjectSilent: 60 * s}
 	repeat := func(n int, st step) []step {
 		out := make([]step, n)
 		for i := range out {
@@ -182,6 +199,58 @@ func TestHealth(t *testing.T) {
 			{30 * s, "usable", "false"}, {31 * s, "release", ""}, {31 * s, "usable", "true"},
 			{31 * s, "avail", "probe"}, {31 * s, "ok", "restored"}, {31 * s, "usable", "true"},
 			{31 * s, "cool 10s", ""}, {35 * s, "usable", "false"}, {41 * s, "usable", "true"},
+		}, 1},
+		{"defaults: a target that keeps failing fast is probed every 10 s", defaults, append(repeat(4, step{0, "fail", "-"}),
+			step{0, "fail", "ejected 10s"}, step{9 * s, "avail", "no"}, step{10 * s, "avail", "probe"}, step{10 * s, "fail", "ejected 10s"},
+			step{20 * s, "avail", "probe"}, step{20 * s, "fail", "ejected 10s"}, step{30 * s, "avail", "probe"}, step{30 * s, "ok", "restored"},
+			step{30 * s, "state", "up"}), 3},
+		{"defaults: after an hour of fast failures recovery takes 10 s", defaults, func() []step {
+			st := append(repeat(4, step{0, "fail", "-"}), step{0, "fail", "ejected 10s"})
+			for at := 10 * s; at <= time.Hour; at += 10 * s {
+				st = append(st, step{at, "avail", "probe"}, step{at, "fail", "ejected 10s"})
+			}
+			return append(st, step{time.Hour + 9*s, "avail", "no"}, step{time.Hour + 10*s, "avail", "probe"}, step{time.Hour + 10*s, "ok", "restored"})
+		}(), 361},
+		{"a timeout ejects for the silent time", defaults, append(repeat(4, step{0, "timeout", "-"}),
+			step{0, "timeout", "ejected 1m0s"}, step{0, "state", "ejected"}, step{59 * s, "avail", "no"},
+			step{60 * s, "state", "probing"}, step{60 * s, "avail", "probe"}), 1},
+		{"fast and silent failures count together; the last decides", defaults, []step{
+			{0, "fail", "-"}, {0, "timeout", "-"}, {0, "fail", "-"}, {0, "fail", "-"}, {0, "timeout", "ejected 1m0s"},
+		}, 1},
+		{"the background probe looks only at silent ejections", defaults, []step{
+			{0, "wants", "false"}, {0, "eject", "10s"}, {s, "wants", "false"}, {s, "answered", "false"}, {s, "avail", "no"},
+		}, 1},
+		{"a background answer ends a silent ejection at once", defaults, append(repeat(4, step{0, "timeout", "-"}),
+			step{0, "timeout", "ejected 1m0s"}, step{5 * s, "wants", "true"}, step{5 * s, "avail", "no"},
+			step{6 * s, "answered", "true"}, step{6 * s, "wants", "false"}, step{6 * s, "state", "probing"},
+			step{6 * s, "avail", "probe"}, step{6 * s, "wants", "false"}, step{7 * s, "ok", "restored"}, step{7 * s, "state", "up"}), 1},
+		{"a probe that times out after a background answer stops the background being believed", defaults, []step{
+			{0, "eject", "10s"}, {10 * s, "avail", "probe"}, {10 * s, "timeout", "ejected 1m0s"},
+			{15 * s, "answered", "true"}, {15 * s, "avail", "probe"}, {20 * s, "timeout", "ejected 1m0s"},
+			{25 * s, "wants", "false"}, {25 * s, "answered", "false"}, {79 * s, "avail", "no"},
+			{80 * s, "avail", "probe"}, {80 * s, "timeout", "ejected 1m0s"}, {85 * s, "answered", "false"},
+			{140 * s, "avail", "probe"}, {141 * s, "ok", "restored"},
+			// healthy again: the next outage believes the background probe again
+			{142 * s, "eject", "10s"}, {152 * s, "avail", "probe"}, {152 * s, "timeout", "ejected 1m0s"}, {153 * s, "answered", "true"},
+		}, 6},
+		{"a probe that fails fast after a background answer goes back to fast ejections", defaults, []step{
+			{0, "eject", "10s"}, {10 * s, "avail", "probe"}, {10 * s, "timeout", "ejected 1m0s"},
+			{15 * s, "answered", "true"}, {15 * s, "avail", "probe"}, {15 * s, "fail", "ejected 10s"},
+			{16 * s, "wants", "false"}, {25 * s, "avail", "probe"},
+		}, 3},
+		{"no background answer while a request probes", defaults, []step{
+			{0, "eject", "10s"}, {10 * s, "avail", "probe"}, {10 * s, "timeout", "ejected 1m0s"},
+			{70 * s, "avail", "probe"}, {71 * s, "wants", "false"}, {71 * s, "answered", "false"}, {71 * s, "release", ""},
+			{71 * s, "avail", "probe"},
+		}, 2},
+		{"state follows ejection, probe and cooldown", std, []step{
+			{0, "state", "up"}, {0, "cool 10s", ""}, {s, "state", "cooling"}, {10 * s, "state", "up"},
+			{10 * s, "eject", "30s"}, {11 * s, "state", "ejected"}, {11 * s, "cool 1h", ""}, {12 * s, "state", "ejected"},
+			{40 * s, "state", "probing"}, {40 * s, "ok", "restored"}, {40 * s, "state", "cooling"},
+		}, 1},
+		{"an expired ejection is probing, not up, until a request shows it healthy", std, []step{
+			{0, "eject", "30s"}, {30 * s, "state", "probing"}, {30 * s, "ejected", "false"}, {31 * s, "avail", "probe"},
+			{31 * s, "state", "probing"}, {32 * s, "release", ""}, {32 * s, "state", "probing"}, {33 * s, "ok", "restored"}, {33 * s, "state", "up"},
 		}, 1},
 		{"probe waits for the cooldown", std, []step{
 			{0, "eject", "30s"}, {0, "cool 1m", ""}, {30 * s, "avail", "no"}, {60 * s, "avail", "probe"},

@@ -26,9 +26,19 @@ func (s *Sweep) Reset(n int) { *s = Sweep{n: n} }
 // outcome must then be reported to that Health). ok=false means the candidates are exhausted. health(pos) returns
 // the Health of the candidate at pos; nil means always available.
 func (s *Sweep) Next(now time.Time, health func(pos int) *Health) (pos int, probe, ok bool) {
+	return s.NextWhere(now, health, nil)
+}
+
+// NextWhere is Next restricted to the candidates accept admits (nil admits all): the others are passed over for
+// good, as if they were not candidates (a context-window error: only a candidate that sends another model can
+// help). They count neither as handed out nor as refused by health.
+func (s *Sweep) NextWhere(now time.Time, health func(pos int) *Health, accept func(pos int) bool) (pos int, probe, ok bool) {
 	for !s.fallback && s.next < s.n {
 		pos = s.next
 		s.next++
+		if accept != nil && !accept(pos) {
+			continue
+		}
 		h := health(pos)
 		if h == nil {
 			s.handed = true
@@ -45,9 +55,12 @@ func (s *Sweep) Next(now time.Time, health func(pos int) *Health) (pos int, prob
 		}
 		s.fallback, s.next = true, 0
 	}
-	if s.next < s.n {
+	for s.next < s.n {
 		pos = s.next
 		s.next++
+		if accept != nil && !accept(pos) {
+			continue
+		}
 		return pos, false, true
 	}
 	return 0, false, false

@@ -77,6 +77,41 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// NextWhere passes over the candidates accept refuses, in both passes, and they do not count as handed out.
+func TestSweepNextWhere(t *testing.T) {
+	cfg := &Config{EjectAfter: 1, EjectBase: 30 * time.Second, EjectMax: 300 * time.Second}
+	up, ejected := NewHealth(cfg), NewHealth(cfg)
+	ejected.Eject(t0)
+	tests := []struct {
+		name   string
+		hs     []*Health
+		accept string // "y" or "n" per position
+		want   string
+	}{
+		{"refused candidates are passed over", []*Health{up, up, up, up}, "nyny", "1 3"},
+		{"none accepted", []*Health{up, up}, "nn", ""},
+		{"accepted but ejected: the fallback tries only the accepted ones", []*Health{up, ejected, ejected}, "nyy", "1 2"},
+		{"a refused healthy candidate does not stop the fallback", []*Health{up, ejected}, "ny", "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s Sweep
+			s.Reset(len(tt.hs))
+			var got []string
+			for {
+				pos, _, ok := s.NextWhere(t0, func(i int) *Health { return tt.hs[i] }, func(i int) bool { return tt.accept[i] == 'y' })
+				if !ok {
+					break
+				}
+				got = append(got, fmt.Sprint(pos))
+			}
+			if g := strings.Join(got, " "); g != tt.want {
+				t.Errorf("handed out %q, want %q", g, tt.want)
+			}
+		})
+	}
+}
+
 func TestSweepResetStartsOver(t *testing.T) {
 	hs := []*Health{NewHealth(&Config{EjectBase: time.Second, EjectMax: time.Second})}
 	var s Sweep

@@ -32,7 +32,7 @@ type Policy struct {
 	retryAfterMax time.Duration
 }
 
-// NewPolicy builds the policy. Unset lists take their defaults (429,5xx and DefaultPhrases);
+// NewPolicy builds the policy. Unset lists take their defaults (DefaultStatuses and DefaultPhrases);
 // "none" configures an empty list. retryAfterMax is FAILOVER_RETRY_AFTER_MAX.
 func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Policy {
 	p := &Policy{statuses: c.RetryOnStatuses, phrases: c.RetryOnErrors, stop: stop, success: success, retryAfterMax: retryAfterMax}
@@ -56,11 +56,11 @@ func patternsOf(rules []Rule) []*regexp.Regexp {
 }
 
 // DefaultStatuses is FAILOVER_RETRY_ON_STATUSES when unset.
-const DefaultStatuses = "429,5xx"
+const DefaultStatuses = "408,429,5xx"
 
-// Decide returns the verdict for one attempt's outcome, in SPEC section 4's order: client gone,
-// already committed, stop rules, success rules, no status, credentials and quota, statuses,
-// phrases, anything else stops. An answer without content (an empty body or stream, a chat
+// Decide returns the verdict for one attempt's outcome, in the order README's "The decision
+// order" gives: client gone, already committed, stop rules, success rules, no status,
+// credentials and quota, context window, statuses, phrases, anything else stops. An answer without content (an empty body or stream, a chat
 // completion without choices; not a response that cannot have a body, Outcome.NoBody) is
 // recoverable whatever the status list says, as an attempt without an answer is. A
 // recoverable outcome becomes a retry while the target has retries left and the class is
@@ -81,10 +81,13 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 	case KindTransport:
 		v := Verdict{Class: transportClass(o.Transport), Health: HealthFailure, Reason: ReasonNoResponse, Status: 502}
 		if o.Transport == TransportTimeout {
-			v.Status = 504
+			// A silent target is never waited on twice: a timeout transfers at once.
+			v.Status, v.Health = 504, HealthSilent
 		}
-		// A handshake or certificate failure will not heal within a backoff.
-		v.Transient = o.Transport != TransportTLS
+		// Only a refused or reset connection is worth the same target again: a handshake or
+		// certificate failure, a name that did not resolve or garbage for an answer will not
+		// heal within a backoff.
+		v.Transient = o.Transport == TransportRefused || o.Transport == TransportReset
 		return p.recoverable(o, v)
 	case KindStreamEmpty:
 		return p.emptyAnswer(o, ClassEmptyResponse)
@@ -106,6 +109,12 @@ func (p *Policy) Decide(o *Outcome) Verdict {
 	}
 
 	// A response: KindResponse or KindStreamCommit.
+	if o.Status < 200 {
+		// An informational answer as the final one (fasthttp reads past 100 and 103, so this is
+		// a 101 nobody asked for): the target did not answer the request, as garbage would not.
+		v := Verdict{Class: ClassBadResponse, Health: HealthFailure, Reason: ReasonNoResponse, Status: 502, Transient: true}
+		return p.recoverable(o, v)
+	}
 	if o.Status >= 300 && o.Status < 400 && p.statuses.Has(o.Status) {
 		// A redirect is no error, so stop rules, credentials and phrases (all about errors)
 		// do not apply; but the operator listed it, so it fails over like any listed status.
@@ -194,6 +203,12 @@ func (p *Policy) errorStatus(o *Outcome, status int, info *ErrorInfo, body []byt
 	case status == 429 && isQuota(info):
 		v.Class, v.Health, v.Reason = ClassQuota, HealthEject, ReasonQuota
 		v.Action = ActionTransfer
+		return v
+	case status != 408 && status != 429 && isContextWindow(info):
+		// Rule 5b: the same model cannot take this prompt on any target; a candidate that
+		// sends another (bigger) model may. Not the target's fault: no health effect.
+		v.Class, v.Health, v.Reason = ClassContextWindow, HealthNone, ReasonContextWindow
+		v.Action, v.NewModel = ActionTransfer, true
 		return v
 	}
 	switch {

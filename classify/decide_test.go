@@ -27,14 +27,16 @@ func mustPhrases(t testing.TB, s string) Phrases {
 func defaultPolicy() *Policy { return NewPolicy(Config{}, nil, nil, 10*time.Second) }
 
 const (
-	openAI503      = `{"error":{"message":"The server is overloaded","type":"server_error","code":null}}`
-	openAI400      = `{"error":{"message":"Invalid 'messages': empty array","type":"invalid_request_error","param":"messages","code":"invalid_value"}}`
-	openAI404Model = `{"error":{"message":"The model 'gpt-9' does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`
-	openAIQuota    = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
-	openAIRate     = `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
-	anthropicOver  = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
-	anthropicAuth  = `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`
-	okChat         = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	openAI503        = `{"error":{"message":"The server is overloaded","type":"server_error","code":null}}`
+	openAI400        = `{"error":{"message":"Invalid 'messages': empty array","type":"invalid_request_error","param":"messages","code":"invalid_value"}}`
+	openAI404Model   = `{"error":{"message":"The model 'gpt-9' does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`
+	openAIQuota      = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+	openAIRate       = `{"error":{"message":"Rate limit reached for gpt-4o","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	anthropicOver    = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
+	anthropicAuth    = `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`
+	openAIContext    = `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`
+	anthropicContext = `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`
+	okChat           = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
 )
 
 func TestDecide(t *testing.T) {
@@ -77,7 +79,19 @@ func TestDecide(t *testing.T) {
 		{"upstream error phrase in text body", nil, Outcome{Status: 400, Body: []byte(`<html>Upstream Error from gateway</html>`)}, ClassClientError, ActionTransfer, HealthNone, ReasonPhrase, 400},
 		{"refused transfers", nil, Outcome{Kind: KindTransport, Transport: TransportRefused}, ClassRefused, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
 		{"reset retries when retries left", nil, Outcome{Kind: KindTransport, Transport: TransportReset, RetriesLeft: true}, ClassReset, ActionRetry, HealthFailure, ReasonNoResponse, 502},
-		{"timeout gives 504", nil, Outcome{Kind: KindTransport, Transport: TransportTimeout}, ClassTimeout, ActionTransfer, HealthFailure, ReasonNoResponse, 504},
+		{"timeout gives 504", nil, Outcome{Kind: KindTransport, Transport: TransportTimeout}, ClassTimeout, ActionTransfer, HealthSilent, ReasonNoResponse, 504},
+		{"timeout never retries the same target", nil, Outcome{Kind: KindTransport, Transport: TransportTimeout, RetriesLeft: true}, ClassTimeout, ActionTransfer, HealthSilent, ReasonNoResponse, 504},
+		{"refused retries when retries left", nil, Outcome{Kind: KindTransport, Transport: TransportRefused, RetriesLeft: true}, ClassRefused, ActionRetry, HealthFailure, ReasonNoResponse, 502},
+		{"dns never retries the same target", nil, Outcome{Kind: KindTransport, Transport: TransportDNS, RetriesLeft: true}, ClassDNS, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"garbage never retries the same target", nil, Outcome{Kind: KindTransport, Transport: TransportOther, RetriesLeft: true}, ClassNetwork, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"408 retries when retries left", nil, Outcome{Status: 408, RetriesLeft: true}, ClassTimeout, ActionRetry, HealthFailure, ReasonRetryableStatus, 408},
+		{"unasked-for 101 is a bad response", nil, Outcome{Status: 101}, ClassBadResponse, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
+		{"unasked-for 101 retries when retries left", nil, Outcome{Status: 101, RetriesLeft: true}, ClassBadResponse, ActionRetry, HealthFailure, ReasonNoResponse, 502},
+		{"context window transfers without health effect", nil, Outcome{Status: 400, Body: []byte(openAIContext), RetriesLeft: true}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},
+		{"anthropic prompt is too long is a context window error", nil, Outcome{Status: 400, Body: []byte(anthropicContext)}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},
+		{"context window error in a stream event", nil, Outcome{Kind: KindStreamError, Body: []byte(`{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}`)}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},
+		{"context window wording on a 429 is a rate limit", nil, Outcome{Status: 429, Body: []byte(`{"error":{"message":"Request too large: reduce the length of the messages","code":"rate_limit_exceeded"}}`)}, ClassRateLimited, ActionTransfer, HealthFailure, ReasonRetryableStatus, 429},
+		{"a stop rule wins over the context window", withRules, Outcome{Status: 400, Body: []byte(openAIContext)}, ClassClientError, ActionStop, HealthNone, ReasonStopRule, 400},
 		{"dns transfers", nil, Outcome{Kind: KindTransport, Transport: TransportDNS}, ClassDNS, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
 		{"tls never retries the same target", nil, Outcome{Kind: KindTransport, Transport: TransportTLS, RetriesLeft: true}, ClassTLS, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
 		{"401 with own key ejects and transfers", nil, Outcome{Status: 401, Body: []byte(anthropicAuth), OwnKey: true, RetriesLeft: true}, ClassAuth, ActionTransfer, HealthEject, ReasonCredential, 401},
@@ -138,6 +152,9 @@ func TestDecide(t *testing.T) {
 				p = defaultPolicy()
 			}
 			v := p.Decide(&tc.out)
+			if v.NewModel != (tc.class == ClassContextWindow) {
+				t.Errorf("NewModel=%v: a transfer must look for another model exactly on a context-window error", v.NewModel)
+			}
 			if v.Class != tc.class || v.Action != tc.action || v.Health != tc.health || v.Reason != tc.reason || v.Status != tc.status {
 				t.Fatalf("got class=%s action=%s health=%d reason=%s status=%d; want class=%s action=%s health=%d reason=%s status=%d",
 					v.Class, v.Action, v.Health, v.Reason, v.Status, tc.class, tc.action, tc.health, tc.reason, tc.status)
@@ -215,6 +232,10 @@ func TestNoCandidate(t *testing.T) {
 	if got := NoCandidate(v, true); got.Action != ActionStop || got.Reason != ReasonElapsedLimit || got.Wait != 0 {
 		t.Errorf("retry refused by the elapsed budget: %+v", got)
 	}
+	cw := Verdict{Class: ClassContextWindow, Action: ActionTransfer, Reason: ReasonContextWindow, Status: 400, NewModel: true}
+	if got := NoCandidate(cw, false); got.Action != ActionStop || got.Reason != ReasonContextWindow || got.Status != 400 {
+		t.Errorf("context window without a bigger model stops as it is: %+v", got)
+	}
 }
 
 func TestDecideAllocatesNothing(t *testing.T) {
@@ -236,6 +257,8 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		"transport":    {Kind: KindTransport, Transport: TransportReset},
 		"empty stream": {Kind: KindStreamEmpty},
 		"head":         {Status: 200, NoBody: true},
+		"context":      {Status: 400, Body: []byte(openAIContext)},
+		"anthropic400": {Status: 400, Body: []byte(anthropicContext)},
 	}
 	for name, o := range cases {
 		p.Decide(&o) // warm the parser pool and the regexp machines

@@ -185,6 +185,40 @@ func isQuota(info *ErrorInfo) bool {
 	return false
 }
 
+// contextWindowCodes are error codes or types that say the prompt (with the requested output)
+// does not fit the model's context window: OpenAI, Azure, Groq and DeepSeek's
+// context_length_exceeded, llama.cpp's exceed_context_size_error.
+var contextWindowCodes = [...]string{"context_length_exceeded", "exceed_context_size_error", "context_window_exceeded"}
+
+// contextWindowPhrases are what providers write in the message when the prompt is too long
+// for the model (lower case; matched as substrings, ASCII case-insensitive): OpenAI, vLLM,
+// DeepSeek and Mistral ("This model's maximum context length is 128000 tokens"), Anthropic
+// ("prompt is too long: 208310 tokens > 200000 maximum"), llama.cpp ("the request exceeds the
+// available context size"), Bedrock ("Input is too long for requested model"), Gemini ("The
+// input token count (X) exceeds the maximum number of tokens allowed"), and the wordings
+// that name the window itself.
+var contextWindowPhrases = [...][]byte{
+	[]byte("maximum context length"), []byte("context length exceeded"), []byte("context window"),
+	[]byte("context size"), []byte("prompt is too long"), []byte("input is too long"),
+	[]byte("exceeds the maximum number of tokens"), []byte("reduce the length of the messages"),
+}
+
+// isContextWindow reports whether an error says the prompt exceeds the model's context window,
+// read from its code, type and message.
+func isContextWindow(info *ErrorInfo) bool {
+	for _, c := range contextWindowCodes {
+		if string(info.Code) == c || string(info.Type) == c {
+			return true
+		}
+	}
+	for _, p := range contextWindowPhrases {
+		if containsFold(info.Message, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func textPrefix(body []byte) []byte {
 	if len(body) > maxTextBytes {
 		return body[:maxTextBytes]

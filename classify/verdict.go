@@ -62,13 +62,15 @@ const (
 	ClassSuccessRule                // a success rule matched a 200
 	ClassCancelled                  // the client went away
 	ClassInterrupted                // failed after commit
+	ClassBadResponse                // an answer that is no HTTP answer to the request (an unasked-for 101)
+	ClassContextWindow              // the prompt does not fit the model's context window
 	NumClasses                      // number of classes, for pre-created metrics
 )
 
 var classNames = [NumClasses]string{
 	"ok", "refused", "reset", "dns", "tls", "timeout", "network", "rate_limited", "quota", "auth",
 	"server_error", "client_error", "redirect", "empty_response", "error_body", "no_choices", "success_rule",
-	"cancelled", "interrupted",
+	"cancelled", "interrupted", "bad_response", "context_window",
 }
 
 func (c Class) String() string {
@@ -106,6 +108,10 @@ const (
 	HealthSuccess               // resets consecutive failures
 	HealthFailure               // counts towards ejection
 	HealthEject                 // ejects at once (the target's credentials are rejected or its quota is gone)
+	// HealthSilent is a failure by timing out (connect, first byte, attempt): it counts as HealthFailure does,
+	// and an ejection it causes is the silent kind, whose live probes are spaced further apart because each
+	// one keeps a request waiting (README, Health).
+	HealthSilent
 )
 
 // Reason is why the verdict's action was chosen, for the ledger.
@@ -131,13 +137,14 @@ const (
 	ReasonElapsedLimit                    // FAILOVER_MAX_ELAPSED reached
 	ReasonRetryBudget                     // the fleet-wide retry budget is spent
 	ReasonExhausted                       // a transfer found no candidate left (set by the proxy's sweep)
+	ReasonContextWindow                   // the prompt is too long for the model: only a different model can help
 	NumReasons
 )
 
 var reasonNames = [NumReasons]string{
 	"ok", "no_response", "retryable_status", "phrase", "credential", "quota", "empty", "retry_after",
 	"success_rule", "stop_rule", "not_retryable", "caller_credentials", "cancelled", "committed",
-	"disabled", "transfer_limit", "elapsed_limit", "retry_budget", "exhausted",
+	"disabled", "transfer_limit", "elapsed_limit", "retry_budget", "exhausted", "context_window",
 }
 
 func (r Reason) String() string {
@@ -193,6 +200,9 @@ type Verdict struct {
 	// Cooldown, when positive, is how long the target must be skipped (a Retry-After longer
 	// than FAILOVER_RETRY_AFTER_MAX).
 	Cooldown time.Duration
+	// NewModel, on a transfer, restricts it to candidates that send a different model than the
+	// attempt did (a context-window error: the same model cannot take the prompt anywhere).
+	NewModel bool
 }
 
 // Allowance is what the budgets still permit, measured by the proxy through package budget
@@ -209,7 +219,14 @@ type Allowance struct {
 // knows; the decision is here). A transfer the policy chose ends the request as exhausted. A
 // transfer Limit made of a retry whose wait did not fit FAILOVER_MAX_ELAPSED (retryRefused) was
 // ended by that budget: without it the retry would have run.
+//
+// A context-window error with no candidate that sends a different model stops as it is: the
+// client gets the error unchanged, which no other target could have answered better.
 func NoCandidate(v Verdict, retryRefused bool) Verdict {
+	if v.NewModel {
+		v.Action, v.Wait = ActionStop, 0
+		return v
+	}
 	v.Action, v.Wait, v.Reason = ActionStop, 0, ReasonExhausted
 	if retryRefused {
 		v.Reason = ReasonElapsedLimit

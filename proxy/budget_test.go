@@ -206,7 +206,7 @@ func TestTargetRetriesUsedUp(t *testing.T) {
 func TestEjection(t *testing.T) {
 	a := upstream(t, busy)
 	b := upstream(t, busy)
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=2", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=2h"})...)
+	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_EJECT_AFTER=2", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=2h"})...)
 	ready := func() int {
 		resp, err := http.Get(s.Metrics + "/readyz")
 		if err != nil {
@@ -298,7 +298,7 @@ func TestRetryBudget(t *testing.T) {
 	a := upstream(t, busy)
 	b := upstream(t)
 	// A floor of 1 retry per second over 10 s: 10 transfers, then the budget is spent.
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RETRY_BUDGET_RATIO=0.01", "FAILOVER_RETRY_BUDGET_MIN=1", "FAILOVER_EJECT_AFTER=0"})...)
+	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_RETRY_BUDGET_RATIO=0.01", "FAILOVER_RETRY_BUDGET_MIN=1", "FAILOVER_EJECT_AFTER=0"})...)
 	statuses := map[int]int{}
 	for range 15 {
 		statuses[s.Post("/chat/completions", chatBody).Status]++
@@ -321,7 +321,7 @@ func TestExhaustedSweepSpendsNoRetryBudget(t *testing.T) {
 		extra   []string
 		outcome string // of the sweeps with nowhere to go
 	}{
-		{"a transfer with no candidate left", busy, nil, "exhausted"},
+		{"a transfer with no candidate left", busy, noRetries, "exhausted"},
 		// The retry's 5 s wait does not fit FAILOVER_MAX_ELAPSED, so it becomes a transfer,
 		// which (for gpt-3.5) has nowhere to go.
 		{"a retry turned transfer with no candidate left", pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 5"),

@@ -789,7 +789,8 @@ func (c *Config) Describe() string {
 	line("FAILOVER_CONNECT_TIMEOUT=%s  FAILOVER_FIRST_BYTE_TIMEOUT=%s  FAILOVER_IDLE_TIMEOUT=%s  FAILOVER_ATTEMPT_TIMEOUT=%s",
 		limitText(s.ConnectTimeout), limitText(s.FirstByteTimeout), limitText(s.IdleTimeout), limitText(s.AttemptTimeout))
 	line("FAILOVER_PEEK_BYTES=%s", s.PeekBytes)
-	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s", bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax))
+	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s  FAILOVER_EJECT_SILENT=%s  FAILOVER_PROBE_INTERVAL=%s",
+		bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax), bc.EjectSilent, offText(bc.ProbeInterval))
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
 	for _, l := range classify.NewPolicy(c.Classify, c.StopRules, c.SuccessRules, bc.RetryAfterMax).Describe() {
 		line("%s", l)
@@ -802,6 +803,14 @@ func (c *Config) Describe() string {
 func limitText(d time.Duration) string {
 	if d == 0 {
 		return "<no limit>"
+	}
+	return d.String()
+}
+
+// offText renders a setting for -check that 0 turns off.
+func offText(d time.Duration) string {
+	if d == 0 {
+		return "<off>"
 	}
 	return d.String()
 }

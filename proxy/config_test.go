@@ -24,12 +24,13 @@ func TestLoadDefaults(t *testing.T) {
 		t.Errorf("server defaults: %+v", s)
 	}
 	b := c.Budget
-	if !b.Enabled || b.MaxAttempts != 0 || b.SameTargetRetries != 0 || b.BackoffBase != 200*time.Millisecond ||
-		b.BackoffMax != 5*time.Second || b.RetryAfterMax != 10*time.Second || b.EjectAfter != 5 || b.RetryBudgetRatio != 0.2 || b.RetryBudgetMin != 10 {
+	if !b.Enabled || b.MaxAttempts != 0 || b.SameTargetRetries != 1 || b.BackoffBase != 200*time.Millisecond ||
+		b.BackoffMax != 5*time.Second || b.RetryAfterMax != 10*time.Second || b.EjectAfter != 5 || b.RetryBudgetRatio != 0.2 || b.RetryBudgetMin != 10 ||
+		b.EjectBase != 10*time.Second || b.EjectMax != 10*time.Second || b.EjectSilent != 60*time.Second || b.ProbeInterval != 5*time.Second {
 		t.Errorf("budget defaults: %+v", b)
 	}
 	tg := c.Targets[0]
-	if tg.Name != "api.openai.com" || tg.Auth != "bearer" || tg.Weight != 1 || tg.Retries != 0 {
+	if tg.Name != "api.openai.com" || tg.Auth != "bearer" || tg.Weight != 1 || tg.Retries != 1 {
 		t.Errorf("target defaults: %+v", tg)
 	}
 }

@@ -76,7 +76,10 @@ type exchange struct {
 	gone     bool
 	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
 	stopFn   func() bool
-	hijackFn fasthttp.HijackHandler // ex.hijacked, made once
+	acceptFn func(pos int) bool // ex.sendsOtherModel, made once
+	// modelFrom is the target a context-window error came from, for sendsOtherModel.
+	modelFrom *Target
+	hijackFn  fasthttp.HijackHandler // ex.hijacked, made once
 }
 
 // attempt is one try on one target.
@@ -196,7 +199,7 @@ var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), [
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s, clientFD: -2}
-	ex.goneFn, ex.stopFn, ex.hijackFn = ex.clientGone, s.abort.Load, ex.hijacked
+	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.sendsOtherModel
 	return ex
 }
 
@@ -297,7 +300,9 @@ func (ex *exchange) run() {
 		o := classify.Outcome{
 			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
-			RetriesLeft: ex.budget.RetryAllowed(t.retries), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			// A probe is not retried on the same target: one failed attempt tells enough, and the
+			// request goes on to a target that works (README, Health).
+			RetriesLeft: ex.budget.RetryAllowed(t.retries) && !ex.probe, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
 			ClientGone: ex.gone, NoBody: ex.head || a.status == fasthttp.StatusNoContent || a.status == fasthttp.StatusNotModified,
 		}
 		v := s.policy.Decide(&o)
@@ -314,14 +319,14 @@ func (ex *exchange) run() {
 		// token goes to a transfer that cannot happen.
 		exhausted, looked := false, false
 		if v.Action == classify.ActionTransfer {
-			pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
+			pos, probe, ok = ex.nextCandidate(t, v)
 			exhausted, looked = !ok, true
 		}
 		if !exhausted && (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) {
 			v = ex.limit(a, v, func() bool {
 				// A retry whose backoff no longer fits became a transfer: its candidate too is
 				// looked up before the retry budget is asked.
-				pos, probe, ok = ex.sweep.Next(s.clock.Now(), ex.healthAt)
+				pos, probe, ok = ex.nextCandidate(t, v)
 				looked = true
 				return ok
 			})
@@ -331,6 +336,9 @@ func (ex *exchange) run() {
 		}
 		if exhausted {
 			v = classify.NoCandidate(v, false)
+			// A context-window error with no other model to go to stops: the client gets it
+			// unchanged, as any error that nothing can recover (README, rule 5b).
+			exhausted = v.Reason == classify.ReasonExhausted
 		}
 		ex.record(a, v)
 		switch {
@@ -361,6 +369,32 @@ func (ex *exchange) run() {
 
 // healthAt gives the sweep the health of the candidate at pos.
 func (ex *exchange) healthAt(pos int) *budget.Health { return ex.srv.targets[ex.cands[pos]].health }
+
+// nextCandidate finds the candidate a transfer from target from goes to. A verdict that wants
+// another model (a context-window error) passes over the candidates that would send the
+// model from sent (README, The decision order, rule 5b).
+func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) (pos int, probe, ok bool) {
+	if !v.NewModel {
+		return ex.sweep.Next(ex.srv.clock.Now(), ex.healthAt)
+	}
+	ex.modelFrom = from
+	return ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, ex.acceptFn)
+}
+
+// sendsOtherModel reports whether the candidate at pos would send a different model than
+// ex.modelFrom did.
+func (ex *exchange) sendsOtherModel(pos int) bool {
+	return !bytes.Equal(ex.sentModel(ex.srv.targets[ex.cands[pos]]), ex.sentModel(ex.modelFrom))
+}
+
+// sentModel is the model t sends for this request: its substitute when it has one and the
+// request names a model, else the requested model.
+func (ex *exchange) sentModel(t *Target) []byte {
+	if t.model != nil && ex.fields.modelStart >= 0 {
+		return t.model
+	}
+	return ex.model
+}
 
 // selectCandidates lists the targets that serve this request: the strategy's first pick, then
 // the others in declared order.
@@ -460,6 +494,13 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	case classify.HealthFailure:
 		if ejected, d := t.health.Failure(now); ejected {
 			ex.ejected(a, d, "consecutive_failures")
+		}
+	case classify.HealthSilent:
+		// The background probe asks the request's own path (README, Health).
+		t.noteSilent(ex.ctx.Request.Header.Method(), ex.path)
+		if ejected, d := t.health.SilentFailure(now); ejected {
+			ex.ejected(a, d, "timeout")
+			s.wakeProber()
 		}
 	case classify.HealthEject:
 		if d := t.health.Eject(now); d > 0 {
@@ -709,6 +750,11 @@ func (ex *exchange) do(a *attempt) {
 
 	success := a.status >= 200 && a.status < 300
 	switch {
+	case a.status < 200:
+		// A final informational answer (an unasked-for 101: fasthttp reads past 100 and 103).
+		// What follows on the connection is no HTTP the sidecar can read: it is never pooled,
+		// and classify judges the answer a bad one.
+		a.kind = classify.KindResponse
 	case ex.family == stream.Image && success:
 		// A generated image is never paid for twice: commit at headers.
 		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders

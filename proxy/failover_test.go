@@ -98,7 +98,7 @@ func TestTransferAndStop(t *testing.T) {
 			if tc.firstURL != "" {
 				url = tc.firstURL
 			}
-			s := start(t, env(targets(url, second.URL), tc.extra)...)
+			s := start(t, env(targets(url, second.URL), noRetries, tc.extra)...)
 			r := s.Post("/chat/completions", chatBody)
 			if r.Status != tc.wantStatus || string(r.Body) != tc.wantBody {
 				t.Fatalf("got %d %s\nwant %d %s", r.Status, r.Body, tc.wantStatus, tc.wantBody)
@@ -124,7 +124,7 @@ func TestTransferAndStop(t *testing.T) {
 func TestExhaustionReturnsTheLastError(t *testing.T) {
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
 	b := upstream(t, pt.JSON(502, `<html>bad gateway from b</html>`, "X-From: b"))
-	s := start(t, targets(a.URL, b.URL)...)
+	s := start(t, env(targets(a.URL, b.URL), noRetries)...)
 	r := s.Post("/chat/completions", chatBody)
 	if r.Status != 502 || string(r.Body) != `<html>bad gateway from b</html>` || r.Header.Get("X-From") != "b" {
 		t.Fatalf("got %d %q %v", r.Status, r.Body, r.Header)
@@ -148,7 +148,7 @@ func TestExhaustionPastTheResponseBufferIsCommitted(t *testing.T) {
 	big := pt.JSON(503, pt.OpenAIError(strings.Repeat("the server is overloaded ", 200), "server_error", ""))
 	big.Fault, big.FaultBytes = pt.FaultResetAfter, strings.Index(string(big.Raw()), "\r\n\r\n")+4+2048
 	up := upstream(t, big)
-	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_RESPONSE_BYTES=1KiB"})...)
+	s := start(t, env(targets(up.URL), noRetries, []string{"FAILOVER_MAX_RESPONSE_BYTES=1KiB"})...)
 	r := s.Post("/chat/completions", chatBody)
 	if r.Status != 503 || r.Err == nil || !bytes.HasPrefix(big.BodyBytes(), r.Body) {
 		t.Fatalf("got %d (%d bytes, err %v), want the first bytes of the 503 and a broken body", r.Status, len(r.Body), r.Err)
@@ -204,7 +204,7 @@ func TestExhaustionByTimeoutIs504FamilyShaped(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			first := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
 			last := upstream(t, pt.Step{Fault: pt.FaultStall})
-			s := start(t, env(targets(first.URL, last.URL), []string{"FAILOVER_ATTEMPT_TIMEOUT=200ms"})...)
+			s := start(t, env(targets(first.URL, last.URL), noRetries, []string{"FAILOVER_ATTEMPT_TIMEOUT=200ms"})...)
 			r := s.Post(tc.path, tc.body)
 			code, shaped := tc.code(r.Body)
 			if r.Status != 504 || code != "upstream_timeout" || !shaped {
@@ -235,7 +235,7 @@ func TestUpstreamSeesOneRequestIDAndNumberedAttempts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
 			b := upstream(t)
-			s := start(t, targets(a.URL, b.URL)...)
+			s := start(t, env(targets(a.URL, b.URL), noRetries)...)
 			r := s.Post("/chat/completions", chatBody, tc.header...)
 			if r.Status != 200 || a.Calls() != 1 || b.Calls() != 1 {
 				t.Fatalf("status %d, calls a=%d b=%d", r.Status, a.Calls(), b.Calls())
@@ -262,7 +262,7 @@ func TestMaxAttemptsCountsTransfers(t *testing.T) {
 		all = append(all, u)
 		ups = append(ups, u.URL)
 	}
-	s := start(t, env(targets(ups...), []string{"FAILOVER_MAX_ATTEMPTS=1"})...)
+	s := start(t, env(targets(ups...), noRetries, []string{"FAILOVER_MAX_ATTEMPTS=1"})...)
 	r := s.Post("/chat/completions", chatBody)
 	calls := all[0].Calls() + all[1].Calls() + all[2].Calls()
 	if calls != 2 || all[2].Calls() != 0 {

@@ -5,10 +5,10 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
 )
@@ -83,9 +83,19 @@ type targetMetrics struct {
 	firstByte *metrics.PrometheusHistogram
 	ejections *metrics.Counter
 	empty     *metrics.Counter
+	probes    [numProbeResults]*metrics.Counter
 }
 
-func newServerMetrics(targets []*Target) *serverMetrics {
+// Background probe results, for failover_background_probes_total (prober.go).
+const (
+	probeAnswered = iota // the target answered (any status)
+	probeSilent          // no answer within FAILOVER_PROBE_INTERVAL, or no connection
+	numProbeResults
+)
+
+var probeResultNames = [numProbeResults]string{"answered", "silent"}
+
+func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 	// # HELP and # TYPE lines: Prometheus keeps the types (its metadata API, Grafana's metric
 	// browser), and a histogram is then one histogram rather than three untyped series.
 	// A process-wide switch of the library; only the scrape writes more.
@@ -110,13 +120,26 @@ func newServerMetrics(targets []*Target) *serverMetrics {
 		tm.firstByte = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_upstream_first_byte_seconds{target=%q}`, t.Name), latencyBuckets)
 		tm.ejections = m.set.NewCounter(fmt.Sprintf(`failover_target_ejections_total{target=%q}`, t.Name))
 		tm.empty = m.set.NewCounter(fmt.Sprintf(`failover_empty_responses_total{target=%q}`, t.Name))
-		h := t.health
+		h, clock := t.health, clock
+		// 1 only while requests use the target: an ejection that has run out is probing, not
+		// up, until a request shows the target healthy (README, Health).
 		m.set.NewGauge(fmt.Sprintf(`failover_target_up{target=%q}`, t.Name), func() float64 {
-			if h.Ejected(time.Now()) {
-				return 0
+			if h.State(clock.Now()) == budget.StateUp {
+				return 1
 			}
-			return 1
+			return 0
 		})
+		for st := range budget.NumStates {
+			m.set.NewGauge(fmt.Sprintf(`failover_target_state{target=%q,state=%q}`, t.Name, st.String()), func() float64 {
+				if h.State(clock.Now()) == st {
+					return 1
+				}
+				return 0
+			})
+		}
+		for r := range numProbeResults {
+			tm.probes[r] = m.set.NewCounter(fmt.Sprintf(`failover_background_probes_total{target=%q,result=%q}`, t.Name, probeResultNames[r]))
+		}
 		for c := range classify.NumClasses {
 			for a := range classify.NumActions {
 				if attemptPairExists(c, a) {

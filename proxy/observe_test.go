@@ -38,7 +38,7 @@ func metric(page, series string) float64 {
 func TestMetricsMoveWithTraffic(t *testing.T) {
 	a := upstream(t, busy)
 	b := upstream(t)
-	s := start(t, targets(a.URL, b.URL)...)
+	s := start(t, env(targets(a.URL, b.URL), noRetries)...)
 	for range 3 {
 		s.Post("/chat/completions", chatBody)
 	}
@@ -77,7 +77,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 func TestLedgerOneRecordPerRequestAndNoSecrets(t *testing.T) {
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("down: prompt was Say hello", "server_error", "")))
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("the secret answer text")))
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-upstream-key-0001", "FAILOVER_TARGET_1_API_KEY=sk-upstream-key-0002",
+	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_TARGET_0_API_KEY=sk-upstream-key-0001", "FAILOVER_TARGET_1_API_KEY=sk-upstream-key-0002",
 		"FAILOVER_INBOUND_TOKEN=inbound-token-0003", "FAILOVER_TARGET_1_HEADERS=X-Org=org-secret-0004", "FAILOVER_EJECT_AFTER=0"})...)
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -434,7 +434,7 @@ func TestShutdownTimeoutAnswersWaitingRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := upstream(t, busyFor3s)
 			b := upstream(t, tc.second)
-			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
+			s := start(t, env(targets(a.URL, b.URL), noRetries, tc.extra)...)
 			got := make(chan sidecar.Response, 1)
 			go func() { got <- s.Post("/chat/completions", chatBody) }()
 			// Waiting: t0 has answered (its attempt is logged), and the request waits for the

@@ -22,6 +22,7 @@ const (
 	codeOverloaded      = "overloaded"
 	codeEmptyResponse   = "empty_response"
 	codeNoChoices       = "no_choices"
+	codeBadResponse     = "bad_response"
 	codeStreamError     = "upstream_stream_error"
 	codeInterrupted     = "stream_interrupted"
 	codeNotFound        = "not_found"

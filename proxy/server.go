@@ -65,6 +65,7 @@ type Server struct {
 	// (*clientConn, while ServeConn serves them): Shutdown closes those that wait idle.
 	handedBack sync.Map
 	abort      atomic.Bool // the shutdown timeout passed: end what remains
+	prober     prober      // the background probe of targets ejected for timing out
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -91,13 +92,14 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}
 	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax)
 	s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader)
-	s.metrics = newServerMetrics(s.targets)
+	s.metrics = newServerMetrics(s.targets, s.clock)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
 	s.maxResponse = int(cfg.Server.MaxResponseBytes)
 	s.peek = int(cfg.Server.PeekBytes)
 	s.pool.New = func() any { return newExchange(s) }
+	s.prober.stop = make(chan struct{})
 
 	s.proxy = &fasthttp.Server{
 		Handler:                       s.serveProxy,
@@ -170,6 +172,7 @@ func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) 
 // a request still waiting on an upstream gets a 503. It returns when every request is done.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closing.Store(true)
+	s.stopProber()
 	done, quit := make(chan struct{}), make(chan struct{})
 	defer close(quit)
 	go func() {

@@ -88,7 +88,7 @@ func TestStreamBeforeCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := upstream(t, tc.first)
 			b := upstream(t, pt.SSE(second...))
-			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
+			s := start(t, env(targets(a.URL, b.URL), noRetries, tc.extra)...)
 			r := s.Post("/chat/completions", streamBody)
 			if r.Status != 200 || r.Err != nil || string(r.Body) != joined(second) {
 				t.Fatalf("client got %d err=%v:\n%q\nwant only the second target's bytes:\n%q", r.Status, r.Err, r.Body, joined(second))
@@ -404,7 +404,7 @@ func TestStreamLastAttemptFailingBeforeContentAnswersAnError(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			up := upstream(t, tc.step)
-			s := start(t, targets(up.URL)...)
+			s := start(t, env(targets(up.URL), noRetries)...)
 			r := s.Post(tc.path, tc.body)
 			if r.Status != tc.wantStatus || r.Err != nil {
 				t.Fatalf("got %d err=%v %q, want %d and a JSON error", r.Status, r.Err, r.Body, tc.wantStatus)
@@ -579,16 +579,17 @@ func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
 // llama.cpp's server sent a streamed failure as a non-standard `error:` field, then
 // `data: [DONE]`, until ggml-org/llama.cpp#16109 (recorded in
 // testdata/sse/chat/llamacpp_error_field.sse; the bytes coddy-project/coddy-agent#106 quotes).
-// The failure is judged with the status it carries, like any in-stream error: a 400 stops
-// (the caller's to fix) instead of passing for an empty stream that every target is tried on,
-// and a phrase the operator lists makes it fail over.
+// The failure is judged with the status it carries, like any in-stream error: it is no empty
+// stream that every target is tried on. It says the prompt exceeds the context size, so it
+// goes only to a target that sends another model (README, The decision order, rule 5b), and
+// with none it stops with its 400, the caller's to fix.
 func TestStreamLlamaCppErrorField(t *testing.T) {
 	recorded, err := os.ReadFile("../testdata/sse/chat/llamacpp_error_field.sse")
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := pt.ChatStream(0, "from ", "second")
-	t.Run("a 400 stops with its status", func(t *testing.T) {
+	t.Run("without a bigger model the 400 stops with its status", func(t *testing.T) {
 		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
 		b := upstream(t, pt.SSE(second...))
 		s := start(t, targets(a.URL, b.URL)...)
@@ -607,10 +608,10 @@ func TestStreamLlamaCppErrorField(t *testing.T) {
 			t.Errorf("body %s (%v): want the provider's error wrapped as {\"error\": ...}", r.Body, err)
 		}
 	})
-	t.Run("a listed phrase transfers", func(t *testing.T) {
+	t.Run("a target with a bigger model takes it", func(t *testing.T) {
 		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
 		b := upstream(t, pt.SSE(second...))
-		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RETRY_ON_ERRORS=exceeds context size"})...)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODEL=qwen-long-context"})...)
 		r := s.Post("/chat/completions", streamBody)
 		if r.Status != 200 || string(r.Body) != joined(second) || a.Calls() != 1 || b.Calls() != 1 {
 			t.Fatalf("client got %d %q; calls a=%d b=%d", r.Status, r.Body, a.Calls(), b.Calls())

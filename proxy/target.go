@@ -44,6 +44,9 @@ type Target struct {
 	metrics *targetMetrics
 	// latencyNS is an exponentially weighted time to first byte, for least-latency.
 	latencyNS atomic.Int64
+	// probeReq is what the background probe asks (prober.go); bgProbe is set while one runs.
+	probeReq atomic.Pointer[probeRequest]
+	bgProbe  atomic.Bool
 }
 
 type modelPattern struct {

@@ -94,7 +94,7 @@ func TestCheckPrintsTheEffectivePolicy(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"name=api.openai.com", "name=api.anthropic.com", "auth=x-api-key key=<set>", "FAILOVER_RETRY_ON_STATUSES=429,5xx",
+	for _, want := range []string{"name=api.openai.com", "name=api.anthropic.com", "auth=x-api-key key=<set>", "FAILOVER_RETRY_ON_STATUSES=408,429,5xx",
 		`FAILOVER_STOP_RULE_0: statuses=400 pattern="context_length"`, "configuration is valid"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)

@@ -16,7 +16,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 		level        string
 		wantAttempts int
 	}{
-		{"debug", 2},
+		{"debug", 3},
 		{"info", 0},
 	}
 	for _, tc := range tests {
@@ -40,7 +40,8 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "2" {
+			// With the defaults, the 503 is retried once on t0 before the transfer to t1.
+			if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "3" {
 				t.Fatalf("status %d, attempts %q", resp.StatusCode, resp.Header.Get("X-Failover-Attempts"))
 			}
 			cmd.Process.Signal(syscall.SIGTERM)
@@ -65,7 +66,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 			if requests != 1 || len(attempts) != tc.wantAttempts {
 				t.Fatalf("%d request records and %d attempt records at %s, want 1 and %d", requests, len(attempts), tc.level, tc.wantAttempts)
 			}
-			want := []struct{ target, phase, action string }{{"t0", "before_content", "transfer"}, {"t1", "committed", "commit"}}
+			want := []struct{ target, phase, action string }{{"t0", "before_content", "retry"}, {"t0", "before_content", "transfer"}, {"t1", "committed", "commit"}}
 			for i, rec := range attempts {
 				if rec["target"] != want[i].target || rec["phase"] != want[i].phase || rec["action"] != want[i].action || rec["attempt"] != float64(i+1) {
 					t.Errorf("attempt record %d: %v, want target %s, phase %s, action %s", i+1, rec, want[i].target, want[i].phase, want[i].action)
