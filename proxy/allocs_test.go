@@ -60,22 +60,9 @@ func TestServerPathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	up := startCannedUpstream(t, cannedResponse("application/json", benchCompletion(641)), nil)
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + up + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{Logger: slog.New(NewJSONHandler(io.Discard, slog.LevelInfo))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	srv, addr := startCannedServer(t)
 	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +246,28 @@ func cannedResponse(contentType, body string) []byte {
 // benchCompletion returns a chat completion of exactly size bytes (size >= 300).
 func benchCompletion(size int) string {
 	return pt.ChatCompletion(strings.Repeat("x", size-len(pt.ChatCompletion(""))))
+}
+
+// startCannedServer runs a Server, logging at info level as in production, whose one target
+// (t0) is a canned upstream answering chat completions (startCannedUpstream). It returns the
+// server and its proxy listener's address; the caller shuts it down.
+func startCannedServer(t *testing.T) (*Server, string) {
+	t.Helper()
+	up := startCannedUpstream(t, cannedResponse("application/json", benchCompletion(641)), nil)
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + up + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Logger: slog.New(NewJSONHandler(io.Discard, slog.LevelInfo))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	return srv, ln.Addr().String()
 }
 
 // startCannedUpstream serves keep-alive HTTP/1.1 on loopback from memory, without allocating

@@ -37,6 +37,12 @@ const (
 	// stalePeekAfter: a pooled connection idle longer is checked for the far side's close
 	// before it is used again (pool.get).
 	stalePeekAfter = 100 * time.Millisecond
+	// sweepInterval is how often a pool that holds idle connections looks at all of them
+	// without waiting for a request (pool.sweep): one the far side closed is closed within
+	// about sweepInterval, any other within idleConnTimeout+sweepInterval (README, How it
+	// decides). Under TLS the far side's close_notify alert comes before its close and
+	// peerClosed sees data, not the end: such a connection goes at idleConnTimeout.
+	sweepInterval = 2 * time.Second
 	// pollInterval is how often a wait on an upstream checks that the client is still there:
 	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
 	pollInterval = 250 * time.Millisecond
@@ -257,14 +263,28 @@ type pool struct {
 	addr           string
 	tlsConfig      *tls.Config
 	connectTimeout time.Duration
+	janitor        *time.Timer // runs sweep; armed while idle holds connections
 
-	mu    sync.Mutex
-	idle  []*upConn
-	swept time.Time // when put last looked at the oldest idle connections (dropStale)
+	mu     sync.Mutex
+	idle   []*upConn
+	swept  time.Time // when put last looked at the oldest idle connections (dropStale)
+	armed  bool      // the janitor will run
+	closed bool      // closeIdle ran (shutdown): a connection put back is closed
 }
 
 func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *pool {
-	return &pool{addr: addr, tlsConfig: tlsConfig, connectTimeout: connectTimeout}
+	p := &pool{addr: addr, tlsConfig: tlsConfig, connectTimeout: connectTimeout}
+	p.janitor = time.AfterFunc(sweepInterval, p.sweep)
+	p.janitor.Stop() // put arms it
+	return p
+}
+
+// spent reports whether an idle connection must be closed rather than used: idle past
+// idleConnTimeout, holding bytes no request asked for, or (idle for longer than
+// stalePeekAfter, so worth a syscall) closed by the far side.
+func (c *upConn) spent(now time.Time) bool {
+	idle := now.Sub(c.idleSince)
+	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && peerClosed(c.fd)
 }
 
 // get returns a live idle connection or dials a new one; a dial ends early, with their
@@ -284,14 +304,13 @@ func (p *pool) get(now time.Time, gone, stop func() bool) (c *upConn, dialed tim
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		idle := now.Sub(c.idleSince)
 		// A connection idle for longer than stalePeekAfter is peeked before reuse: a request
 		// written to a connection the far side has closed fails after it was sent, and is then
 		// an attempt for the decision function, never sent again behind its back (the far side
 		// may have read it). One idle for less is taken as alive without a syscall: servers
 		// close idle keep-alive connections after seconds, and under load connections come
 		// back within milliseconds.
-		if idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && peerClosed(c.fd) {
+		if c.spent(now) {
 			c.close()
 			continue
 		}
@@ -309,9 +328,13 @@ func (p *pool) put(c *upConn, now time.Time) {
 		p.swept = now
 		p.dropStale(now)
 	}
-	if len(p.idle) < maxIdlePerTarget {
+	if len(p.idle) < maxIdlePerTarget && !p.closed {
 		p.idle = append(p.idle, c)
 		c = nil
+		if !p.armed {
+			p.armed = true
+			p.janitor.Reset(sweepInterval)
+		}
 	}
 	p.mu.Unlock()
 	if c != nil {
@@ -319,16 +342,15 @@ func (p *pool) put(c *upConn, now time.Time) {
 	}
 }
 
-// dropStale closes the oldest idle connections while they are past idleConnTimeout or closed
-// by the far side. get takes the newest, so after a burst the connections below the few that
-// steady traffic keeps using are reached only here: else they stayed open for as long as the
-// traffic stayed below the burst, each a descriptor, in CLOSE_WAIT once the target let them
-// go. Called with mu held, at most once per stalePeekAfter: one peek, and one more per
-// connection it closes.
+// dropStale closes the oldest idle connections while they are spent. get takes the newest,
+// so after a burst the connections below the few that steady traffic keeps using are reached
+// only here or by sweep: else they stayed open for as long as the traffic stayed below the
+// burst, each a descriptor, in CLOSE_WAIT once the target let them go. Called with mu held,
+// at most once per stalePeekAfter: one peek, and one more per connection it closes.
 func (p *pool) dropStale(now time.Time) {
 	n := 0
 	for _, c := range p.idle {
-		if now.Sub(c.idleSince) <= idleConnTimeout && (now.Sub(c.idleSince) <= stalePeekAfter || !peerClosed(c.fd)) {
+		if !c.spent(now) {
 			break
 		}
 		c.close()
@@ -341,11 +363,45 @@ func (p *pool) dropStale(now time.Time) {
 	}
 }
 
-// closeIdle closes every idle connection (shutdown).
+// sweep is the janitor: every sweepInterval while the pool holds idle connections, with or
+// without requests, it closes those that are spent. Without it, once traffic stopped, the
+// connections a target closed stayed open (CLOSE_WAIT, each a descriptor) until the next
+// request to that target. It runs on the timer's goroutine, one per firing: no goroutine waits
+// for an idle pool. It peeks every idle connection with mu held (one non-blocking syscall
+// each, at most maxIdlePerTarget) and closes the spent ones after letting go of it.
+func (p *pool) sweep() {
+	now := time.Now()
+	var spent []*upConn
+	p.mu.Lock()
+	kept := p.idle[:0]
+	for _, c := range p.idle {
+		if c.spent(now) {
+			spent = append(spent, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.armed = len(p.idle) > 0 && !p.closed
+	if p.armed {
+		p.janitor.Reset(sweepInterval)
+	}
+	p.mu.Unlock()
+	for _, c := range spent {
+		c.close()
+	}
+}
+
+// closeIdle closes every idle connection and stops the janitor for good (shutdown): a
+// connection put back afterwards is closed.
 func (p *pool) closeIdle() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	p.closed = true
+	p.armed = false
+	p.janitor.Stop()
 	p.mu.Unlock()
 	for _, c := range idle {
 		c.close()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
 // A pooled upstream connection the far side closed while it sat idle must cost neither a
@@ -113,9 +115,14 @@ func TestAnswerWithoutContentTypeGetsNone(t *testing.T) {
 	}
 }
 
-// closeWaitTo counts this process's sockets to port that the far side has closed and this
-// side has not (CLOSE_WAIT), from /proc/net/tcp.
-func closeWaitTo(t *testing.T, port int) int {
+// TCP states in /proc/net/tcp.
+const (
+	tcpEstablished = "01"
+	tcpCloseWait   = "08" // the far side closed, this side has not
+)
+
+// socketsTo counts this process's TCP sockets to port in one of states, from /proc/net/tcp.
+func socketsTo(t *testing.T, port int, states ...string) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
@@ -125,18 +132,18 @@ func closeWaitTo(t *testing.T, port int) int {
 	n := 0
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) > 3 && strings.HasSuffix(f[2], want) && f[3] == "08" {
+		if len(f) > 3 && strings.HasSuffix(f[2], want) && slices.Contains(states, f[3]) {
 			n++
 		}
 	}
 	return n
 }
 
-// A burst fills a target's idle pool; the traffic that follows, one request at a time, reuses
-// only the newest connection. The ones below it must not stay open for ever once the target
-// has closed them (in CLOSE_WAIT, each a descriptor): the pool lets them go.
-func TestIdlePoolShrinksAfterABurst(t *testing.T) {
-	const burst = 24
+// burstTarget starts a target that closes a keep-alive connection idle for 200 ms, and
+// answers a request with "burst" in its body only after 100 ms, so that every request of a
+// burst (sendBurst) gets a connection of its own. It returns the target's base URL and port.
+func burstTarget(t *testing.T) (url string, port int) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +151,7 @@ func TestIdlePoolShrinksAfterABurst(t *testing.T) {
 	srv := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if strings.Contains(string(ctx.PostBody()), "burst") {
-				time.Sleep(100 * time.Millisecond) // every request of the burst on a connection of its own
+				time.Sleep(100 * time.Millisecond)
 			}
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(pt.ChatCompletion("hi"))
@@ -153,9 +160,14 @@ func TestIdlePoolShrinksAfterABurst(t *testing.T) {
 	}
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { srv.Shutdown() })
-	s := start(t, targets("http://"+ln.Addr().String()+"/v1")...)
+	return "http://" + ln.Addr().String() + "/v1", ln.Addr().(*net.TCPAddr).Port
+}
+
+// sendBurst sends n requests at once through the sidecar and waits for their answers.
+func sendBurst(t *testing.T, s *sidecar.Sidecar, n int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	for range burst {
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -165,15 +177,23 @@ func TestIdlePoolShrinksAfterABurst(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A burst fills a target's idle pool; the traffic that follows, one request at a time, reuses
+// only the newest connection. The ones below it must not stay open for ever once the target
+// has closed them (in CLOSE_WAIT, each a descriptor): the pool lets them go.
+func TestIdlePoolShrinksAfterABurst(t *testing.T) {
+	url, port := burstTarget(t)
+	s := start(t, targets(url)...)
+	sendBurst(t, s, 24)
 	// One request at a time from here on, more often than the target's idle timeout: the
 	// newest connection stays alive, the burst's others are closed by the target.
-	port := ln.Addr().(*net.TCPAddr).Port
 	start := time.Now()
 	for n := 0; ; n++ {
 		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
 			t.Fatalf("status %d", r.Status)
 		}
-		n := closeWaitTo(t, port)
+		n := socketsTo(t, port, tcpCloseWait)
 		if n == 0 && time.Since(start) > 500*time.Millisecond {
 			return
 		}
@@ -181,5 +201,31 @@ func TestIdlePoolShrinksAfterABurst(t *testing.T) {
 			t.Fatalf("%d pooled connections the target closed are still open", n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// After a burst the traffic may stop altogether. The target then closes the burst's
+// connections, and the sidecar must close its side too without waiting for a request that may
+// never come (README, How it decides: within about 2 s of the target's close).
+func TestIdlePoolLetsGoOfClosedConnectionsWithoutTraffic(t *testing.T) {
+	const burst = 8
+	url, port := burstTarget(t)
+	s := start(t, targets(url)...)
+	sendBurst(t, s, burst)
+	if n := socketsTo(t, port, tcpEstablished, tcpCloseWait); n < burst/2 {
+		t.Fatalf("the burst left %d pooled connections, want about %d", n, burst)
+	}
+	// No request from here on. 10 s: five sweeps, for a loaded machine.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := socketsTo(t, port, tcpEstablished, tcpCloseWait)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections to the target are still open 10 s after the burst (%d closed by the target)",
+				n, socketsTo(t, port, tcpCloseWait))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
