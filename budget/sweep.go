@@ -66,5 +66,14 @@ func (s *Sweep) NextWhere(now time.Time, health func(pos int) *Health, accept fu
 	return 0, false, false
 }
 
+// Untried returns the positions [from, to) that the first pass has not reached yet (none once the sweep has
+// fallen back to trying every candidate): the candidates a transfer could still go to, health permitting.
+func (s *Sweep) Untried() (from, to int) {
+	if s.fallback {
+		return s.n, s.n
+	}
+	return s.next, s.n
+}
+
 // Fallback reports whether the sweep has turned to trying every candidate regardless of health (for the ledger).
 func (s *Sweep) Fallback() bool { return s.fallback }

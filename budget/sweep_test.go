@@ -140,3 +140,18 @@ func TestSweepAllocs(t *testing.T) {
 		t.Errorf("a sweep allocates %v times, want 0", got)
 	}
 }
+
+func TestSweepUntried(t *testing.T) {
+	hs := []*Health{NewHealth(&Config{EjectBase: time.Second}), NewHealth(&Config{EjectBase: time.Second})}
+	hs[0].Eject(t0)
+	hs[1].Eject(t0)
+	var s Sweep
+	s.Reset(2)
+	if from, to := s.Untried(); from != 0 || to != 2 {
+		t.Fatalf("before the first pick: [%d, %d)", from, to)
+	}
+	s.Next(t0, func(i int) *Health { return hs[i] }) // every candidate ejected: the fallback hands out 0
+	if from, to := s.Untried(); from != to {
+		t.Fatalf("in the fallback nothing is untried, got [%d, %d)", from, to)
+	}
+}

@@ -201,6 +201,8 @@ func TestLimit(t *testing.T) {
 		{"retry that does not fit becomes a transfer", retry, func(a *Allowance) { a.RetryFits = false }, ActionTransfer, 0},
 		{"retry that does not fit and no transfer left stops", retry, func(a *Allowance) { a.RetryFits = false; a.TransferFits = false }, ActionStop, ReasonTransferLimit},
 		{"retry ignores the transfer limit", retry, func(a *Allowance) { a.TransferFits = false }, ActionRetry, 0},
+		{"retry on a target this outcome took out becomes a transfer", retry, func(a *Allowance) { a.TargetOut = true }, ActionTransfer, 0},
+		{"transfer ignores whether the target was taken out", transfer, func(a *Allowance) { a.TargetOut = true }, ActionTransfer, 0},
 		{"transfer beyond MAX_ATTEMPTS stops", transfer, func(a *Allowance) { a.TransferFits = false }, ActionStop, ReasonTransferLimit},
 		{"transfer beyond MAX_ELAPSED stops", transfer, func(a *Allowance) { a.ElapsedOK = false }, ActionStop, ReasonElapsedLimit},
 		{"transfer beyond the retry budget stops", transfer, func(a *Allowance) { a.RetryBudgetOK = false }, ActionStop, ReasonRetryBudget},

@@ -213,6 +213,9 @@ type Allowance struct {
 	TransferFits  bool // FAILOVER_MAX_ATTEMPTS allows one more transfer
 	ElapsedOK     bool // the elapsed budget allows starting an attempt now
 	RetryBudgetOK bool // the fleet-wide retry budget admits one more retry or transfer
+	// TargetOut: this outcome took the target out (it ejected it, or cooled it down), so a
+	// retry would send the request to a target every other request now skips.
+	TargetOut bool
 }
 
 // NoCandidate is the verdict for a transfer that found no candidate left (the proxy's sweep
@@ -235,7 +238,8 @@ func NoCandidate(v Verdict, retryRefused bool) Verdict {
 }
 
 // Limit applies the budgets to a verdict that wants a retry or a transfer. A retry that the
-// elapsed budget cannot wait for becomes a transfer (which starts at once); a transfer beyond
+// elapsed budget cannot wait for, or on a target this outcome took out, becomes a transfer
+// (which starts at once); a transfer beyond
 // a budget becomes a stop, and the current answer goes back. Other verdicts pass unchanged.
 func Limit(v Verdict, a Allowance) Verdict {
 	if v.Action != ActionRetry && v.Action != ActionTransfer {
@@ -245,7 +249,7 @@ func Limit(v Verdict, a Allowance) Verdict {
 		v.Action, v.Reason = ActionStop, ReasonDisabled
 		return v
 	}
-	if v.Action == ActionRetry && !a.RetryFits {
+	if v.Action == ActionRetry && (!a.RetryFits || a.TargetOut) {
 		v.Action, v.Wait = ActionTransfer, 0
 	}
 	if v.Action == ActionTransfer {

@@ -370,6 +370,19 @@ func (ex *exchange) run() {
 // healthAt gives the sweep the health of the candidate at pos.
 func (ex *exchange) healthAt(pos int) *budget.Health { return ex.srv.targets[ex.cands[pos]].health }
 
+// usableLeft reports whether a candidate the sweep has not tried yet is usable now, so that a
+// retry on a target its outcome took out can go there instead. With none, the retry stays:
+// it is the request's only chance.
+func (ex *exchange) usableLeft(now time.Time) bool {
+	from, to := ex.sweep.Untried()
+	for pos := from; pos < to; pos++ {
+		if ex.healthAt(pos).Usable(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // nextCandidate finds the candidate a transfer from target from goes to. A verdict that wants
 // another model (a context-window error) passes over the candidates that would send the
 // model from sent (README, The decision order, rule 5b).
@@ -442,10 +455,13 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict, next func() bool) clas
 		TransferFits:  ex.budget.TransferAllowed(),
 		ElapsedOK:     ex.budget.ElapsedAllows(now, 0),
 		RetryBudgetOK: true,
+		TargetOut:     v.Action == classify.ActionRetry && !a.t.health.Usable(now) && ex.usableLeft(now),
 	}
 	limited := classify.Limit(v, al)
 	if v.Action == classify.ActionRetry && limited.Action == classify.ActionTransfer && !next() {
-		limited = classify.NoCandidate(limited, true)
+		// Ended by FAILOVER_MAX_ELAPSED when that budget refused the retry; a retry refused
+		// because the target was taken out has simply run out of candidates.
+		limited = classify.NoCandidate(limited, !al.RetryFits)
 		ex.reportLimit(a, limited.Reason, now)
 		return limited
 	}

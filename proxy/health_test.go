@@ -73,7 +73,7 @@ func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=200ms", "FAILOVER_EJECT_MAX=200ms",
 		"FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
-	s.Post("/chat/completions", chatBody) // retried once (the default), then ejected
+	s.Post("/chat/completions", chatBody) // ejected by its first failure: no retry on it
 	for range 3 {
 		time.Sleep(250 * time.Millisecond)
 		if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
@@ -81,16 +81,13 @@ func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 		}
 	}
 	recs := s.WaitLedger(4)
-	if got := ledgerSteps(recs[0]); got != "t0:server_error:retry t0:server_error:transfer t1:ok:commit" {
-		t.Fatalf("first request: %s", got)
-	}
-	for i, rec := range recs[1:] {
+	for i, rec := range recs {
 		if got := ledgerSteps(rec); got != "t0:server_error:transfer t1:ok:commit" {
-			t.Fatalf("probe %d: %s, want one attempt on t0", i+1, got)
+			t.Fatalf("request %d: %s, want one attempt on t0", i+1, got)
 		}
 	}
-	if a.Calls() != 5 {
-		t.Fatalf("t0 called %d times, want 2 then 1 per ejection", a.Calls())
+	if a.Calls() != 4 {
+		t.Fatalf("t0 called %d times, want once per ejection", a.Calls())
 	}
 	// Recovered: it carries traffic again as soon as the ejection runs out.
 	a.Script(pt.JSON(200, pt.ChatCompletion("from a")))
@@ -188,4 +185,27 @@ func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
 	if live > 3 {
 		t.Fatalf("%d real requests waited on a target that only answers probes", live)
 	}
+}
+
+// A retry never goes to a target that its own failure took out while another target could
+// take the request; when none could, the retry is the request's only chance and stays.
+func TestRetryAfterEjectionGoesElsewhereIfItCan(t *testing.T) {
+	ejectAtOnce := []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"}
+	t.Run("another target is up: transfer", func(t *testing.T) {
+		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
+		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
+		s := start(t, env(targets(a.URL, b.URL), ejectAtOnce)...)
+		s.Post("/chat/completions", chatBody)
+		if got := ledgerSteps(s.WaitLedger(1)[0]); got != "t0:server_error:transfer t1:ok:commit" {
+			t.Fatalf("sweep %s", got)
+		}
+	})
+	t.Run("no other target: the retry stays", func(t *testing.T) {
+		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
+		s := start(t, env(targets(a.URL), ejectAtOnce)...)
+		s.Post("/chat/completions", chatBody)
+		if got := ledgerSteps(s.WaitLedger(1)[0]); got != "t0:server_error:retry t0:ok:commit" {
+			t.Fatalf("sweep %s", got)
+		}
+	})
 }
