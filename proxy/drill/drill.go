@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
@@ -38,6 +39,15 @@ type scenario struct {
 	check func(r *result) string
 	// successRule is a rule the drill adds when the environment configures none.
 	successRule string
+	// quickTimeouts, when set, caps the policy's connect, first-byte and attempt timeouts for
+	// this scenario, so that a drill of a silent target does not wait a minute.
+	quickTimeouts time.Duration
+	// biggerModel, when set, is the last target's model substitution (FAILOVER_TARGET_<i>_MODEL)
+	// when the environment gives it none: the bigger model a context-window error goes to.
+	biggerModel string
+	// recovery, when set, replaces the one request: the drill sends requests while the first
+	// target fails fast, on a simulated clock, until it recovers (see playRecovery).
+	recovery bool
 }
 
 // result is what happened in one scenario.
@@ -51,6 +61,7 @@ type result struct {
 	calls    []int // per target
 	names    []string
 	note     string
+	story    string // what happened before the request the row shows (playRecovery)
 	problems []string
 }
 
@@ -159,6 +170,42 @@ func scenarios() []*scenario {
 				}
 				return rest(i, streamOK(fmt.Sprint(i)))
 			}},
+		{name: "silent target", path: chatPath, body: streamBody, stream: true, quickTimeouts: time.Second,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{{Fault: pt.FaultStall}}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				if r.calls[0] > 1 {
+					return fmt.Sprintf("the target that did not answer in time was waited on %d times (no attempt that cannot help)", r.calls[0])
+				}
+				return ""
+			}},
+		{name: "context window exceeded", path: chatPath, body: chatBody, biggerModel: "drill-model-1m",
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(400, pt.OpenAIError("This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens.",
+						"invalid_request_error", "context_length_exceeded"))}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				for i := 1; i < len(r.calls)-1; i++ {
+					if r.calls[i] > 0 {
+						return "a target with the same model was tried after a context-window error (no attempt that cannot help)"
+					}
+				}
+				return ""
+			}},
+		{name: "recovering primary", path: chatPath, body: chatBody, recovery: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", ""))}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			}},
 		{name: "every target failing", path: chatPath, body: chatBody,
 			script: func(i, n int) []pt.Step {
 				return []pt.Step{pt.JSON(503, pt.OpenAIError(fmt.Sprintf("target %d is down", i), "server_error", ""))}
@@ -224,7 +271,8 @@ func run(cfg *proxy.Config, w io.Writer, list []*scenario) int {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ninvariants (%s)\n", time.Since(start).Round(time.Millisecond))
-	for _, inv := range []string{"no replay after commit", "no attempt after the client left", "budgets respected", "one final answer per request", "ledger complete"} {
+	for _, inv := range []string{"no replay after commit", "no attempt after the client left", "no attempt that cannot help", "budgets respected",
+		"one final answer per request", "ledger complete"} {
 		state := "ok  "
 		for _, f := range failures {
 			if strings.Contains(f, "["+inv+"]") {
@@ -269,8 +317,27 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		cfg.SuccessRules = []classify.Rule{{Pattern: regexp.MustCompile(sc.successRule)}}
 		r.note = " (drill rule)"
 	}
+	if q := sc.quickTimeouts; q > 0 {
+		s := &cfg.Server
+		for _, d := range []*time.Duration{&s.ConnectTimeout, &s.FirstByteTimeout, &s.AttemptTimeout} {
+			if *d == 0 || *d > q {
+				*d = q
+			}
+		}
+		r.note = fmt.Sprintf(" (timeouts %s)", q)
+	}
+	if last := &cfg.Targets[len(cfg.Targets)-1]; sc.biggerModel != "" && len(cfg.Targets) > 1 && last.Model == "" {
+		last.Model = sc.biggerModel
+		r.note = " (drill model on " + last.Name + ")"
+	}
 	var logBuf pt.SyncBuffer
-	srv, err := proxy.New(&cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(&logBuf, slog.LevelInfo))})
+	opts := proxy.Options{Logger: slog.New(proxy.NewJSONHandler(&logBuf, slog.LevelInfo))}
+	var clock *budget.ManualClock
+	if sc.recovery {
+		clock = budget.NewManualClock(time.Now())
+		opts.Clock = clock
+	}
+	srv, err := proxy.New(&cfg, opts)
 	if err != nil {
 		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
 		return r
@@ -288,6 +355,12 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 	}()
 
 	id := fmt.Sprintf("drill-%d", num)
+	if sc.recovery {
+		id = playRecovery(r, ln.Addr().String(), &cfg, ups, clock, &logBuf, id)
+		if id == "" {
+			return r
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/v1"+sc.path, strings.NewReader(sc.body))
@@ -320,7 +393,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 	}
 	r.record = waitRecord(&logBuf, id)
 	for i, u := range ups {
-		r.calls[i] = u.Calls()
+		r.calls[i] = u.Calls() - r.calls[i] // calls before this request (playRecovery's) are not its own
 	}
 	r.checkInvariants(base)
 	if sc.check != nil {
@@ -331,11 +404,83 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 				inv = "no replay after commit"
 			case strings.Contains(p, "after the client left"):
 				inv = "no attempt after the client left"
+			case strings.Contains(p, "no attempt that cannot help"):
+				inv = "no attempt that cannot help"
 			}
 			r.problems = append(r.problems, "["+inv+"] "+p)
 		}
 	}
 	return r
+}
+
+// playRecovery plays the first part of "recovering primary" on the simulated clock: requests
+// while the first target answers 503 until the policy ejects it, then one request each time an
+// ejection runs out while it stays down (each may cost it one failed attempt, never more), then
+// the target recovers and the clock moves on by its last ejection. It returns the request id
+// the caller sends next, the one the row shows, and leaves in r.calls the calls made so far;
+// "" when the scenario cannot go on (r.problems says why).
+func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, clock *budget.ManualClock, log *pt.SyncBuffer, id string) string {
+	send := func(n int) string {
+		rid := fmt.Sprintf("%s-%d", id, n)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1"+r.sc.path, strings.NewReader(r.sc.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", rid)
+		if tok := cfg.Server.InboundToken; tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body) //nolint:errcheck // only the ledger matters here
+			resp.Body.Close()
+		}
+		waitRecord(log, rid)
+		return rid
+	}
+	ejection := func() (time.Duration, bool) {
+		var d time.Duration
+		found := false
+		sc := bufio.NewScanner(strings.NewReader(log.String()))
+		for sc.Scan() {
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "target_ejected" && rec["target"] == r.names[0] {
+				secs, _ := rec["seconds"].(float64)
+				d, found = time.Duration(secs*float64(time.Second)), true
+			}
+		}
+		return d, found
+	}
+	n, d, out := 0, time.Duration(0), false
+	for n < 20 && !out {
+		n++
+		send(n)
+		d, out = ejection()
+	}
+	snapshot := func() {
+		for i, u := range ups {
+			r.calls[i] = u.Calls()
+		}
+	}
+	if !out {
+		r.note = " (never ejected)"
+		snapshot()
+		return fmt.Sprintf("%s-%d", id, n+1)
+	}
+	requests := n
+	for range 3 { // still down: one request each time the ejection runs out
+		clock.Advance(d)
+		before := ups[0].Calls()
+		n++
+		send(n)
+		if c := ups[0].Calls() - before; c > 1 {
+			r.problems = append(r.problems, fmt.Sprintf("[no attempt that cannot help] a request cost the ejected target %d failed attempts", c))
+		}
+		d, _ = ejection()
+	}
+	ups[0].Script(chatOK("0"))
+	clock.Advance(d)
+	snapshot()
+	r.note = " (simulated clock)"
+	r.story = fmt.Sprintf("out after %d requests, 1 attempt per %s while down, back %s after recovering: ", requests, d, d)
+	return fmt.Sprintf("%s-%d", id, n+1)
 }
 
 // checkInvariants checks what holds under any policy.
@@ -455,7 +600,7 @@ func (r *result) describe() string {
 		}
 		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, m["action"]))
 	}
-	out := strings.Join(parts, ", ")
+	out := r.story + strings.Join(parts, ", ")
 	if o := fmt.Sprint(r.record["outcome"]); o != "ok" && o != "ok_after_failover" {
 		out += " [" + o + "]"
 	}

@@ -264,3 +264,54 @@ func TestDrillUnderPoliciesFasterThanItsTargets(t *testing.T) {
 		})
 	}
 }
+
+// The checks of the scenarios that show attempts which cannot help: a silent target waited on
+// twice, and a context-window error sent to a target with the same model.
+func TestNoAttemptThatCannotHelpChecks(t *testing.T) {
+	names := []string{"primary", "secondary", "tertiary"}
+	tests := []struct {
+		scenario string
+		calls    []int
+		want     string
+	}{
+		{"silent target", []int{1, 1, 0}, ""},
+		{"silent target", []int{2, 1, 0}, "waited on 2 times"},
+		{"context window exceeded", []int{1, 0, 1}, ""},
+		{"context window exceeded", []int{1, 1, 1}, "same model"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.scenario+" "+tc.want, func(t *testing.T) {
+			sc := scenarioNamed(t, tc.scenario)
+			got := sc.check(&result{sc: sc, names: names, calls: tc.calls})
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("check: %q, want %q", got, tc.want)
+			}
+			if tc.want != "" && !strings.Contains(got, "no attempt that cannot help") {
+				t.Fatalf("check %q does not name its invariant", got)
+			}
+		})
+	}
+}
+
+// "recovering primary" under the default policy: the primary is ejected after a few requests,
+// costs at most one attempt per ejection while down, and serves again one ejection after it
+// recovers; with ejection off, the row says the primary was never ejected.
+func TestRecoveringPrimaryDrill(t *testing.T) {
+	sc := scenarioNamed(t, "recovering primary")
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "out after 3 requests, 1 attempt per 10s while down, back 10s after recovering: primary 200→commit"},
+		{[]string{"FAILOVER_EJECT_AFTER=0"}, "(never ejected)"},
+	} {
+		cfg, err := proxy.Load(tc.env, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if code := run(cfg, &out, []*scenario{sc}); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Fatalf("%v: exit code %d, want %q in:\n%s", tc.env, code, tc.want, out.String())
+		}
+	}
+}
