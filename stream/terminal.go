@@ -80,32 +80,10 @@ func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
 	i++
 	seenErr := false
 	for {
-		i = skipSpace(b, i)
-		if i >= len(b) || b[i] == '}' {
+		key, vs, ok := member(b, i)
+		if !ok {
 			return typ, hasErr
 		}
-		if b[i] == ',' {
-			i++
-			continue
-		}
-		if b[i] != '"' {
-			return typ, hasErr
-		}
-		ks := i + 1
-		i = skipString(b, i)
-		if i < 0 {
-			return typ, hasErr
-		}
-		key := b[ks : i-1]
-		i = skipSpace(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return typ, hasErr
-		}
-		i = skipSpace(b, i+1)
-		if i >= len(b) {
-			return typ, hasErr
-		}
-		vs := i
 		if string(key) == "error" && !seenErr {
 			// Told by the value's first byte (only null starts with n), before the value is
 			// skipped: a long error (a provider's message, its metadata) is cut by the capture
@@ -113,7 +91,7 @@ func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
 			seenErr = true
 			hasErr = b[vs] != 'n'
 		}
-		i = skipValue(b, i)
+		i = skipValue(b, vs)
 		if i <= vs {
 			return typ, hasErr
 		}
@@ -121,6 +99,42 @@ func scanTopLevel(b []byte) (typ []byte, hasErr bool) {
 			typ = b[vs+1 : i-1]
 		}
 	}
+}
+
+// member reads the start of the object member at b[i:] (after any space and separating
+// commas): its key, and vs, where its value starts (a byte of b). ok is false when no member
+// starts there: at the object's closing brace (vs is then the index after it), or when b ends
+// or stops being well-formed before a value begins (vs is -1).
+func member(b []byte, i int) (key []byte, vs int, ok bool) {
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return nil, -1, false
+		}
+		if b[i] != ',' {
+			break
+		}
+		i++
+	}
+	switch b[i] {
+	case '}':
+		return nil, i + 1, false
+	case '"':
+	default:
+		return nil, -1, false
+	}
+	ks := i + 1
+	if i = skipString(b, i); i < 0 {
+		return nil, -1, false
+	}
+	key = b[ks : i-1]
+	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+		return nil, -1, false
+	}
+	if vs = skipSpace(b, i+1); vs >= len(b) {
+		return nil, -1, false
+	}
+	return key, vs, true
 }
 
 func skipSpace(b []byte, i int) int {
