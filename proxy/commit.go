@@ -351,7 +351,7 @@ const streamWriteSize = 16 << 10
 var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWriteSize+256); return &b }}
 
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
-// with the family's terminal event), or the client left (a write failed, or the client's
+// the stream complete: README, Streams), or the client left (a write failed, or the client's
 // connection closed while the upstream was silent). Anything else was an interruption, which
 // the client has been shown.
 func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
@@ -401,8 +401,10 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	}
 }
 
-// finishBody ends the stream after the upstream body ended with err: io.EOF with the family's
-// terminal event ends it cleanly; anything else is an interruption the client must see.
+// finishBody ends the stream after the upstream body ended with err: io.EOF once the stream is
+// complete (Gate.Finished: its terminal event or, for chat and other, the finish_reason or
+// ".done" event before the end) ends it cleanly; anything else is an interruption the client
+// must see.
 func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
 	case err == errClientGone:

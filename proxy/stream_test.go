@@ -371,10 +371,19 @@ func TestStreamThatArrivesWholeIsSentInOneBody(t *testing.T) {
 	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
 		t.Errorf("ledger %v", rec)
 	}
-	// Cut before its terminal event, the same stream is piped and ends with an error.
-	up.Script(pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: strings.TrimSuffix(body, pt.Done)})
+	// Without [DONE], it ends with its finish_reason chunk: complete, and one body as well.
+	noDone := strings.TrimSuffix(body, pt.Done)
+	up.Script(pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: noDone})
+	if r := s.Post("/chat/completions", streamBody); r.Err != nil || string(r.Body) != noDone || r.Header.Get("Content-Length") != strconv.Itoa(len(noDone)) {
+		t.Fatalf("a whole stream ending with its finish_reason: %v %q, headers %v", r.Err, r.Body, r.Header)
+	}
+	// Cut before its finish_reason chunk, the same stream is piped and ends with an error.
+	up.Script(pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: strings.TrimSuffix(noDone, pt.ChatFinish)})
 	if r := s.Post("/chat/completions", streamBody); r.Err == nil || !strings.Contains(string(r.Body), "stream_interrupted") {
-		t.Fatalf("a whole stream without [DONE] ended cleanly: %v %q", r.Err, r.Body)
+		t.Fatalf("a whole stream without finish_reason or [DONE] ended cleanly: %v %q", r.Err, r.Body)
+	}
+	if recs := s.WaitLedger(3); len(recs) != 3 || recs[1]["outcome"] != "ok" || recs[2]["outcome"] != "partial" {
+		t.Errorf("ledger %v", recs)
 	}
 }
 
@@ -620,4 +629,138 @@ func TestStreamLlamaCppErrorField(t *testing.T) {
 			t.Fatalf("ledger %v", ledger)
 		}
 	})
+}
+
+// records returns the records of the SSE fixture testdata/sse/<family>/<name>, each with its
+// blank line.
+func records(t *testing.T, family, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/sse/" + family + "/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := strings.SplitAfter(string(b), "\n\n")
+	if recs[len(recs)-1] == "" {
+		recs = recs[:len(recs)-1]
+	}
+	return recs
+}
+
+// A chat or legacy completions stream whose upstream ends cleanly after a chunk with a
+// non-null finish_reason (usage-only chunks may follow) is complete without [DONE]: no error
+// event, a terminated chunked body, outcome ok. An other stream is also complete after an event
+// whose type ends in ".done" (OpenAI's audio streams). Without them a clean end is still an
+// interruption. The finish chunk counts wherever it arrives: held before commit, after it, or
+// with the whole stream before commit (README, Streams).
+func TestStreamCleanEndAfterFinish(t *testing.T) {
+	const (
+		completionsBody = `{"model":"Qwen/Qwen2.5-7B-Instruct","prompt":"Say this is a test","max_tokens":7,"stream":true}`
+		speechBody      = `{"model":"gpt-4o-mini-tts","input":"Hello","voice":"alloy","stream_format":"sse"}`
+		ok, interrupted = "ok", "interrupted"
+		upstreamError   = "upstream error" // the upstream's own error event, then an aborted body
+	)
+	chat := records(t, "chat", "finish_no_done.sse") // role, two deltas, finish, usage
+	n2 := records(t, "chat", "n2_no_done.sse")       // two choices; choice 1 finishes in record 7
+	completions := records(t, "other", "completions_no_done.sse")
+	speech := records(t, "other", "speech.sse")
+	// paced sends each record on its own, the last one well after the others: the stream has
+	// committed (and gone out as a chunked body) before its end arrives.
+	paced := func(recs ...string) []pt.Chunk {
+		chunks := pt.Events(20*time.Millisecond, recs...)
+		chunks[len(chunks)-1].Delay = 150 * time.Millisecond
+		return chunks
+	}
+	whole := func(recs ...string) pt.Step {
+		return pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: strings.Join(recs, "")}
+	}
+	tests := []struct {
+		name, path, body, family string
+		step                     pt.Step
+		extra                    []string
+		shown                    []string // what reaches the client before the end, when not the whole step
+		want                     string
+		oneBody                  bool // the whole stream arrived before commit and goes out with a Content-Length
+	}{
+		{name: "chat: finish_reason after commit, then a usage chunk", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(chat...)...), want: ok},
+		{name: "chat: finish_reason last, after commit", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(chat[:4]...)...), want: ok},
+		{name: "chat: finish_reason held before commit, the usage chunk after", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(pt.Chunk{Data: strings.Join(chat[:4], "")}, pt.Chunk{Data: chat[4], Delay: 150 * time.Millisecond}), want: ok},
+		{name: "chat: the finish chunk is the one that commits", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(chat[0], chat[3], chat[4])...), want: ok},
+		{name: "chat: finish_reason, then half a usage chunk", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(append(chat[:4:4], chat[4][:60])...)...), want: interrupted},
+		{name: "chat: finish_reason, then a stall the sidecar ends", path: "/chat/completions", body: streamBody, family: "chat",
+			step:  pt.SSE(append(pt.Events(20*time.Millisecond, chat[:4]...), pt.Chunk{Data: chat[4], Delay: 3 * time.Second})...),
+			extra: []string{"FAILOVER_IDLE_TIMEOUT=300ms"}, shown: chat[:4], want: interrupted},
+		{name: "chat: finish_reason in a whole stream before commit", path: "/chat/completions", body: streamBody, family: "chat",
+			step: whole(chat...), want: ok, oneBody: true},
+		{name: "chat: n=2, both choices finished", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(n2...)...), want: ok},
+		{name: "chat: n=2, one choice finished, the other still going", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(n2[:6]...)...), want: interrupted},
+		{name: "chat: no finish_reason", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(chat[:3]...)...), want: interrupted},
+		{name: "chat: no finish_reason in a whole stream before commit", path: "/chat/completions", body: streamBody, family: "chat",
+			step: whole(chat[:3]...), want: interrupted},
+		{name: "chat: an error event after the finish chunk", path: "/chat/completions", body: streamBody, family: "chat",
+			step: pt.SSE(paced(append(chat[:4:4], pt.ChatError("The server had an error", "server_error", "server_error"))...)...), want: upstreamError},
+		{name: "completions: finish_reason, then a usage chunk", path: "/completions", body: completionsBody, family: "other",
+			step: pt.SSE(paced(completions...)...), want: ok},
+		{name: "completions: finish_reason in a whole stream before commit", path: "/completions", body: completionsBody, family: "other",
+			step: whole(completions...), want: ok, oneBody: true},
+		{name: "completions: no finish_reason", path: "/completions", body: completionsBody, family: "other",
+			step: pt.SSE(paced(completions[:1]...)...), want: interrupted},
+		{name: "completions: no finish_reason in a whole stream before commit", path: "/completions", body: completionsBody, family: "other",
+			step: whole(completions[:1]...), want: interrupted},
+		{name: "speech: speech.audio.done last", path: "/audio/speech", body: speechBody, family: "other",
+			step: pt.SSE(paced(speech...)...), want: ok},
+		{name: "speech: audio deltas only", path: "/audio/speech", body: speechBody, family: "other",
+			step: pt.SSE(paced(speech[0], speech[0])...), want: interrupted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, tc.step)
+			s := start(t, env(targets(up.URL), tc.extra)...)
+			// Speech asks for SSE with stream_format, not "stream": the Accept header makes it a stream.
+			r := s.Post(tc.path, tc.body, "Accept: text/event-stream")
+			sent := string(tc.step.BodyBytes())
+			if tc.shown != nil {
+				sent = strings.Join(tc.shown, "")
+			}
+			if r.Status != 200 || !strings.HasPrefix(string(r.Body), sent) {
+				t.Fatalf("got %d %q, want the upstream's stream first:\n%q", r.Status, r.Body, sent)
+			}
+			rec := s.WaitLedger(1)[0]
+			switch tc.want {
+			case ok:
+				if r.Err != nil || string(r.Body) != sent {
+					t.Fatalf("want a clean end and the stream as sent: err %v, body %q", r.Err, r.Body)
+				}
+				if got, want := r.Header.Get("Content-Length"), map[bool]string{true: strconv.Itoa(len(sent))}[tc.oneBody]; got != want {
+					t.Errorf("Content-Length %q, want %q (a chunked body unless the whole stream came before commit)", got, want)
+				}
+			case interrupted:
+				if r.Err == nil || !strings.Contains(string(r.Body[len(sent):]), `"code":"stream_interrupted"`) {
+					t.Fatalf("want the final error event and an aborted body: err %v, body %q", r.Err, r.Body)
+				}
+			case upstreamError:
+				if r.Err == nil || string(r.Body) != sent {
+					t.Fatalf("want the upstream's error event alone and an aborted body: err %v, body %q", r.Err, r.Body)
+				}
+			}
+			outcome := "partial"
+			if tc.want == ok {
+				outcome = "ok"
+			}
+			if rec["outcome"] != outcome || rec["family"] != tc.family {
+				t.Errorf("record %v, want outcome %s for family %s", rec, outcome, tc.family)
+			}
+			series := fmt.Sprintf(`failover_requests_total{family=%q,outcome=%q}`, tc.family, outcome)
+			if got := metric(s.ScrapeMetrics(), series); got != 1 {
+				t.Errorf("%s = %v, want 1", series, got)
+			}
+		})
+	}
 }

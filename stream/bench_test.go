@@ -19,6 +19,8 @@ var benchStreams = []streamCase{
 	{Responses, "text.sse"},
 	{Messages, "text.sse"},
 	{Other, "completions.sse"},
+	{Chat, "finish_no_done.sse"}, // finished by its finish_reason: the choices are read per event
+	{Other, "transcription.sse"}, // finished by a ".done" type
 }
 
 func countEvents(in []byte) int {

@@ -7,7 +7,8 @@
 // API family as opening (keep holding), business content (commit: the held
 // bytes may be sent), an in-stream error, or the end of an empty stream. After
 // commit it watches the piped bytes, without holding them, for the family's
-// terminal event so the proxy can tell a proper end from a cut.
+// terminal event (for chat and other, also for the finish_reason or ".done"
+// event that completes a stream) so the proxy can tell a proper end from a cut.
 //
 // The package decides only what the bytes say. It never retries, never picks a
 // target, never maps an error to a status, never touches HTTP or sockets and

@@ -233,6 +233,10 @@ func (f *Framer) skipBOM(p []byte) int {
 	return i
 }
 
+// inRecord reports that bytes of a record were read and its blank line was not:
+// the stream stopped there now would leave an event cut short.
+func (f *Framer) inRecord() bool { return f.seen && !f.delivered }
+
 // Event returns the event the last Next or Flush completed.
 func (f *Framer) Event() Event { return f.ev }
 

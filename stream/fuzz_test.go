@@ -68,6 +68,8 @@ func FuzzGate(f *testing.F) {
 	f.Add(uint8(Chat), []byte("data: {\"error\":{}}\n\n"), []byte{3})
 	f.Add(uint8(Messages), []byte("event: error\ndata: x\n\n"), []byte{0})
 	f.Add(uint8(Chat), []byte(": padding padding\n\ndata: {\"error\":{}}\n\n"), []byte{7})
+	f.Add(uint8(Chat), []byte("data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"}},{\"index\":0,\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[{\"index\":1,\"finish_reason\":\"length\"}]}\n\ndata: {\"choices\":[],\"usage\":{}}\n\n"), []byte{5})
+	f.Add(uint8(Other), []byte("data: {\"type\":\"speech.audio.delta\",\"audio\":\"AA\"}\n\nevent: x.done\ndata: {\"type\":\"speech.audio.done\"}\n\n: ping\n"), []byte{9})
 	f.Fuzz(func(t *testing.T, fam uint8, in, cuts []byte) {
 		family := Family(fam % 5)
 		var g Gate

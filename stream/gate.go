@@ -54,9 +54,11 @@ func (r CommitReason) String() string {
 }
 
 // tailCaptureLimit is how many data bytes per event the Gate keeps after
-// commit: enough for a terminal event's `type` or `[DONE]`, never a whole
-// event, so piping a stream never buffers it.
-const tailCaptureLimit = 256
+// commit: enough for a terminal event's `type` or `[DONE]`, and for the
+// finish_reason of a chat chunk (OpenAI's sits past byte 256 of its finish
+// chunk, after the id, model, service_tier and system_fingerprint), never a
+// whole event, so piping a stream never buffers it.
+const tailCaptureLimit = 512
 
 // Gate holds back the start of one SSE response until it commits, then watches
 // the tail for the family's terminal event.
@@ -81,6 +83,11 @@ type Gate struct {
 	errData  []byte
 	finished bool // the family's terminal event was seen
 	failed   bool // an error event went by after commit
+
+	// What a clean end would mean for chat and other (noteEnd): the choice indexes seen and
+	// those that finished, one bit each, and whether the last event's type ended in ".done".
+	choicesSeen, choicesDone uint64
+	typedDone                bool
 }
 
 // Reset readies g for a new response of family f. peekLimit is how many bytes
@@ -98,6 +105,7 @@ func (g *Gate) Reset(f Family, peekLimit int) {
 	g.errData = nil
 	g.finished = false
 	g.failed = false
+	g.choicesSeen, g.choicesDone, g.typedDone = 0, 0, false
 }
 
 // Feed appends a copy of p to the held bytes, frames the events it completes,
@@ -143,6 +151,9 @@ func (g *Gate) Feed(p []byte) Decision {
 		}
 		g.eventsEnd = off
 		ev := g.fr.Event()
+		if g.endsOnFinish() {
+			g.noteEnd(ev)
+		}
 		switch d := g.classify(ev); d {
 		case Commit:
 			return g.commit(ReasonContent, off)
@@ -216,6 +227,9 @@ func (g *Gate) Observe(p []byte) {
 			ev := g.fr.Event()
 			g.failed = g.failed || isErrorEvent(g.family, ev)
 			g.finished = isTerminal(g.family, ev)
+			if g.endsOnFinish() {
+				g.noteEnd(ev)
+			}
 		}
 	}
 }
@@ -224,15 +238,30 @@ func (g *Gate) Observe(p []byte) {
 // output began, even if it then ended its stream properly.
 func (g *Gate) Failed() bool { return g.failed }
 
-// Finished reports whether the committed stream reached a proper end: for
-// chat, `data: [DONE]`; for responses, response.completed,
-// response.incomplete, response.failed or an error event; for messages,
-// message_stop or an error event; other and image have no required terminal
-// event and are always finished. Like any SSE event, a terminal event counts
-// only once its blank line arrived.
+// Finished reports whether the committed stream would be complete if its body
+// ended cleanly now (README, Streams): for chat, after `data: [DONE]`, or after
+// a non-null finish_reason for every choice index the stream showed (usage-only
+// chunks may follow); for other, the same, or when the last event's type ends
+// in ".done"; for responses, after response.completed, response.incomplete,
+// response.failed or an error event; for messages, after message_stop or an
+// error event. Image has no required terminal event and is always finished.
+// Like any SSE event, an event counts only once its blank line arrived; for
+// the finish_reason and ".done" rules, a record begun after it and not ended
+// means the stream was cut. An error event after any of these still makes the
+// stream Failed.
 func (g *Gate) Finished() bool {
-	return g.finished || g.family == Other || g.family == Image
+	switch {
+	case g.finished || g.family == Image:
+		return true
+	case !g.endsOnFinish() || g.fr.inRecord():
+		return false
+	}
+	return g.choicesDone != 0 && g.choicesSeen&^g.choicesDone == 0 || g.family == Other && g.typedDone
 }
+
+// endsOnFinish reports the families whose stream may end without a terminal
+// event, once its choices finished (chat, other) or on a ".done" type (other).
+func (g *Gate) endsOnFinish() bool { return g.family == Chat || g.family == Other }
 
 func (g *Gate) decide(d Decision) Decision {
 	g.decided = true

@@ -73,6 +73,14 @@ var gateCases = []gateCase{
 	// chat
 	{name: "role-only chunk holds, content delta commits", family: Chat, file: "content.sse",
 		want: Commit, events: 2, finished: true},
+	{name: "finish_reason past byte 256, then usage, finishes without [DONE]", family: Chat, file: "finish_no_done.sse",
+		want: Commit, events: 2, finished: true},
+	{name: "content without finish_reason or [DONE] does not finish", family: Chat, file: "finish_no_done.sse", cut: 3,
+		want: Commit, events: 2},
+	{name: "n=2: every choice's finish_reason finishes without [DONE]", family: Chat, file: "n2_no_done.sse",
+		want: Commit, events: 3, finished: true},
+	{name: "n=2: one choice finished, the other still going, does not finish", family: Chat, file: "n2_no_done.sse", cut: 6,
+		want: Commit, events: 3},
 	{name: "null content and tool_calls hold, tool_calls delta commits", family: Chat, file: "tool_calls.sse",
 		want: Commit, events: 2, finished: true},
 	{name: "empty reasoning_content holds, reasoning_content delta commits", family: Chat, file: "reasoning_content.sse",
@@ -206,7 +214,15 @@ var gateCases = []gateCase{
 	// other
 	{name: "comments and empty data hold, completion data commits", family: Other, file: "completions.sse",
 		want: Commit, events: 3, finished: true},
-	{name: "speech audio delta commits", family: Other, file: "speech.sse",
+	{name: "speech audio delta commits, speech.audio.done finishes", family: Other, file: "speech.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "speech audio delta alone does not finish", family: Other, file: "speech.sse", cut: 1,
+		want: Commit, events: 1},
+	{name: "transcript delta commits, transcript.text.done finishes", family: Other, file: "transcription.sse",
+		want: Commit, events: 1, finished: true},
+	{name: "transcript deltas alone do not finish", family: Other, file: "transcription.sse", cut: 3,
+		want: Commit, events: 1},
+	{name: "completion text commits, finish_reason then usage finishes without [DONE]", family: Other, file: "completions_no_done.sse",
 		want: Commit, events: 1, finished: true},
 	{name: "top-level error errors", family: Other, file: "error.sse",
 		want: Error, events: 2,
@@ -699,7 +715,17 @@ func TestGateResetReuses(t *testing.T) {
 	if g.ErrorData() != nil || len(g.Held()) != 0 || len(g.Events()) != 0 || g.Finished() {
 		t.Fatal("Reset left state behind")
 	}
+	// Nor do the choices a previous stream finished.
+	g.Reset(Chat, bigPeek)
+	if d := g.Feed([]byte(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n")); d != Commit || !g.Finished() {
+		t.Fatalf("finish chunk: %v, finished %v", d, g.Finished())
+	}
+	g.Reset(Chat, bigPeek)
+	if d := g.Feed([]byte(`data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n")); d != Commit || g.Finished() {
+		t.Fatalf("after Reset, content alone: %v, finished %v", d, g.Finished())
+	}
 	// A partial record of the previous stream must not leak into the next.
+	g.Reset(Chat, bigPeek)
 	g.Feed([]byte("data: {\"error\":"))
 	g.Reset(Chat, bigPeek)
 	if d := g.Feed(fixture(t, Chat, "content.sse")); d != Commit {
@@ -707,20 +733,30 @@ func TestGateResetReuses(t *testing.T) {
 	}
 }
 
-// terminalStreams are committed streams that end properly, for Finished.
+// terminalStreams are committed streams that end properly, for Finished. from,
+// when set, is in the record whose end first finishes the stream (a chunk with
+// the last finish_reason, a ".done" type) before its terminal record, if any:
+// every record end from there on finishes it too.
 var terminalStreams = []struct {
 	family Family
 	file   string
+	from   string
 }{
-	{Chat, "content.sse"},
-	{Chat, "tool_calls.sse"},
-	{Chat, "reasoning_openrouter.sse"},
-	{Responses, "text.sse"},
-	{Responses, "function_call.sse"},
-	{Responses, "incomplete.sse"},
-	{Messages, "text.sse"},
-	{Messages, "thinking.sse"},
-	{Messages, "tool_use.sse"},
+	{Chat, "content.sse", `"finish_reason":"stop"`},
+	{Chat, "tool_calls.sse", `"finish_reason":"tool_calls"`},
+	{Chat, "reasoning_openrouter.sse", `"finish_reason":"stop"`},
+	{Chat, "finish_no_done.sse", `"finish_reason":"stop"`},
+	{Chat, "n2_no_done.sse", `"index":1,"delta":{},"logprobs":null,"finish_reason":"stop"`},
+	{Other, "completions.sse", `"finish_reason":"stop"`},
+	{Other, "completions_no_done.sse", `"finish_reason":"length"`},
+	{Other, "speech.sse", `"type":"speech.audio.done"`},
+	{Other, "transcription.sse", `"type":"transcript.text.done"`},
+	{Responses, "text.sse", ""},
+	{Responses, "function_call.sse", ""},
+	{Responses, "incomplete.sse", ""},
+	{Messages, "text.sse", ""},
+	{Messages, "thinking.sse", ""},
+	{Messages, "tool_use.sse", ""},
 }
 
 // feedStream feeds chunks before commit and observes them after, as the
@@ -755,15 +791,25 @@ func TestGateFinished(t *testing.T) {
 				}
 			}
 			// Cut anywhere before the terminal record's blank line ends: not
-			// finished. Every cut point is tried.
+			// finished, except that a chat or other stream is finished at the
+			// end of the record that finishes it (its last finish_reason, a
+			// ".done" type) and of each record after it (a usage chunk), never
+			// inside one. Every cut point is tried.
+			finishEnd := len(in)
+			if ts.from != "" {
+				finishEnd = bytes.Index(in, []byte(ts.from))
+				finishEnd += bytes.Index(in[finishEnd:], []byte("\n\n")) + 2
+			}
 			for cut := recordEnd(t, in, 1); cut < len(in); cut++ {
 				var g Gate
 				g.Reset(ts.family, bigPeek)
 				if d := feedStream(&g, chunked(in[:cut], 7)); d != Commit {
 					continue // cut before the commit point: the proxy calls End, not Finished
 				}
-				if g.Finished() {
-					t.Fatalf("cut at %d of %d (terminal record starts at %d): Finished", cut, len(in), lastStart)
+				want := cut >= finishEnd && string(in[cut-2:cut]) == "\n\n"
+				if g.Finished() != want {
+					t.Fatalf("cut at %d of %d (terminal record starts at %d, finish_reason record ends at %d): Finished %v, want %v",
+						cut, len(in), lastStart, finishEnd, g.Finished(), want)
 				}
 			}
 		})
@@ -775,8 +821,22 @@ func TestGateFinishedRules(t *testing.T) {
 		Chat:      `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n",
 		Responses: `data: {"type":"response.output_text.delta","delta":"x"}` + "\n\n",
 		Messages:  `data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}` + "\n\n",
+		Other:     `data: {"type":"speech.audio.delta","audio":"SUQzBAAAAAAAI1RTU0UAAAAPAAAD"}` + "\n\n",
 	}
 	big := strings.Repeat("x", 10000)
+	// A chat chunk of OpenAI's shape, with this id and these choices.
+	chunk := func(id, choices string) string {
+		return `data: {"id":"` + id + `","object":"chat.completion.chunk","created":1748000000,"model":"gpt-4o-mini-2024-07-18",` +
+			`"service_tier":"default","system_fingerprint":"fp_0aa8d3e20b","choices":[` + choices + `],"usage":null}` + "\n\n"
+	}
+	const id = "chatcmpl-BbX2fakeNoDone0000000000000001"
+	finish := func(i int, reason string) string {
+		return fmt.Sprintf(`{"index":%d,"delta":{},"logprobs":null,"finish_reason":%s}`, i, reason)
+	}
+	delta := func(i int, text string) string {
+		return fmt.Sprintf(`{"index":%d,"delta":{"content":%q},"logprobs":null,"finish_reason":null}`, i, text)
+	}
+	usage := `data: {"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}` + "\n\n"
 	tests := []struct {
 		name   string
 		family Family
@@ -784,11 +844,51 @@ func TestGateFinishedRules(t *testing.T) {
 		want   bool
 	}{
 		{"chat: [DONE] finishes", Chat, "data: [DONE]\n\n", true},
-		{"chat: finish_reason alone does not finish", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\n", false},
+		{"chat: finish_reason finishes", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\n", true},
+		{"chat: finish_reason then a usage-only chunk finishes", Chat, chunk(id, finish(0, `"stop"`)) + usage, true},
+		{"chat: finish_reason then a comment finishes", Chat, chunk(id, finish(0, `"length"`)) + ": keep-alive\n\n", true},
+		{"chat: finish_reason then half a record does not finish", Chat, chunk(id, finish(0, `"stop"`)) + usage[:40], false},
+		{"chat: finish_reason then a record without its blank line does not finish", Chat, chunk(id, finish(0, `"stop"`)) + strings.TrimSuffix(usage, "\n"), false},
+		{"chat: a null finish_reason does not finish", Chat, chunk(id, delta(0, "more")), false},
+		{"chat: an empty finish_reason does not finish", Chat, chunk(id, finish(0, `""`)), false},
+		{"chat: a usage-only chunk alone does not finish", Chat, usage, false},
+		{"chat: content after the finish chunk keeps it finished", Chat, chunk(id, finish(0, `"stop"`)) + chunk(id, delta(0, "late")), true},
+		{"chat: finish_reason past byte 256 of the chunk finishes", Chat, chunk(id+strings.Repeat("0", 40), finish(0, `"stop"`)), true},
+		{"chat: finish_reason past the capture limit does not finish", Chat, chunk(id+strings.Repeat("0", tailCaptureLimit), finish(0, `"stop"`)), false},
+		{"chat: finish_reason after long content past the capture limit does not finish", Chat,
+			chunk(id, `{"index":0,"delta":{"content":"`+strings.Repeat("w", tailCaptureLimit)+`"},"finish_reason":"stop"}`), false},
+		{"chat: finish_reason cut inside its value does not finish", Chat,
+			`data: {"pad":"` + strings.Repeat("p", tailCaptureLimit-len(`{"pad":"","choices":[{"finish_reason":"`)) + `","choices":[{"finish_reason":"stop"}]}` + "\n\n", false},
+		{"chat: finish_reason whose first letter is captured finishes", Chat,
+			`data: {"pad":"` + strings.Repeat("p", tailCaptureLimit-len(`{"pad":"","choices":[{"finish_reason":"s`)) + `","choices":[{"finish_reason":"stop"}]}` + "\n\n", true},
+		{"chat: a nested finish_reason outside choices does not finish", Chat, `data: {"meta":{"choices":[{"finish_reason":"stop"}]},"choices":[]}` + "\n\n", false},
+		{"chat: n=2, one choice finished, the other not seen again, finishes", Chat, chunk(id, finish(0, `"stop"`)), true},
+		{"chat: n=2, one choice finished, the other still going, does not finish", Chat, chunk(id, delta(1, "b")) + chunk(id, finish(0, `"stop"`)), false},
+		{"chat: n=2, both choices finished in turn, finishes", Chat, chunk(id, delta(1, "b")) + chunk(id, finish(0, `"stop"`)) + chunk(id, finish(1, `"length"`)) + usage, true},
+		{"chat: n=2 in one chunk, both finished, finishes", Chat, chunk(id, delta(1, "b")) + chunk(id, finish(0, `"stop"`)+","+finish(1, `"stop"`)), true},
+		{"chat: n=2 in one chunk, one finished, does not finish", Chat, chunk(id, finish(0, `"stop"`)+","+delta(1, "b")), false},
+		{"chat: n=2, the second choice cut by the capture limit, does not finish", Chat,
+			chunk(id, finish(0, `"stop"`)+`,{"index":1,"delta":{"content":"`+strings.Repeat("w", tailCaptureLimit)+`"},"finish_reason":"stop"}`), false},
+		{"chat: a choice without index counts as index 0", Chat, `data: {"choices":[{"index":3,"delta":{"content":"b"}}]}` + "\n\n" + `data: {"choices":[{"finish_reason":"stop"}]}` + "\n\n", false},
+		{"chat: indexes from 63 up share a bit", Chat, chunk(id, finish(0, `"stop"`)) + chunk(id, delta(70, "b")) + chunk(id, finish(63, `"stop"`)), true},
+		{"chat: a .done type does not finish chat", Chat, `data: {"type":"speech.audio.done"}` + "\n\n", false},
+		{"other: [DONE] finishes", Other, "data: [DONE]\n\n", true},
+		{"other: a .done type finishes", Other, `data: {"type":"speech.audio.done","usage":{"input_tokens":14,"output_tokens":101,"total_tokens":115}}` + "\n\n", true},
+		{"other: a .done type after a long member finishes", Other, `data: {"text":"` + strings.Repeat("t", 100) + `","type":"transcript.text.done"}` + "\n\n", true},
+		{"other: a .done event name without a type finishes", Other, "event: transcript.text.done\ndata: {\"text\":\"hi\"}\n\n", true},
+		{"other: the data type wins over a .done event name", Other, "event: x.done\ndata: {\"type\":\"speech.audio.delta\"}\n\n", false},
+		{"other: a .done type then a comment finishes", Other, `data: {"type":"speech.audio.done"}` + "\n\n: ping\n\n", true},
+		{"other: a delta after a .done type does not finish", Other, `data: {"type":"speech.audio.done"}` + "\n\n" + `data: {"type":"speech.audio.delta","audio":"AAAA"}` + "\n\n", false},
+		{"other: data after a .done type does not finish", Other, `data: {"type":"speech.audio.done"}` + "\n\ndata: x\n\n", false},
+		{"other: a .done type nested in the data does not finish", Other, `data: {"type":"speech.audio.delta","item":{"type":"x.done"}}` + "\n\n", false},
+		{"other: a type that only contains .done does not finish", Other, `data: {"type":"speech.audio.done_partial"}` + "\n\n", false},
+		{"other: a completions finish_reason finishes", Other, `data: {"id":"cmpl-1","object":"text_completion","choices":[{"text":"!","index":0,"logprobs":null,"finish_reason":"stop"}]}` + "\n\n", true},
+		{"other: data without a finish does not finish", Other, "data: x\n\n", false},
+		{"responses: a .done type does not finish", Responses, `data: {"type":"response.output_text.done","text":"x"}` + "\n\n", false},
 		{"chat: an error chunk does not finish", Chat, `data: {"error":{"message":"x"}}` + "\n\n", false},
 		{"chat: [DONE] inside a longer data does not finish", Chat, "data: [DONE]\ndata: more\n\n", false},
 		{"chat: a long event then [DONE] finishes", Chat, "data: " + big + "\n\ndata: [DONE]\n\n", true},
-		{"chat: [DONE] cut out of a long padded data does not finish", Chat, "data: [DONE]" + strings.Repeat(" ", 300) + "x\n\n", false},
+		{"chat: [DONE] cut out of a long padded data does not finish", Chat, "data: [DONE]" + strings.Repeat(" ", tailCaptureLimit+44) + "x\n\n", false},
 		{"responses: response.completed finishes", Responses, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":[\"" + big + "\"]}}\n\n", true},
 		{"responses: completed known from the name when type is past the capture", Responses, "event: response.completed\ndata: {\"response\":{\"output\":[\"" + big + "\"]},\"type\":\"response.completed\"}\n\n", true},
 		{"responses: response.failed finishes", Responses, `data: {"type":"response.failed","response":{"error":{"code":"server_error"}}}` + "\n\n", true},
@@ -836,7 +936,7 @@ func TestGateFailed(t *testing.T) {
 		Messages:  `data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}` + "\n\n",
 		Other:     "data: x\n\n",
 	}
-	long := strings.Repeat("x", 400)
+	long := strings.Repeat("x", 2*tailCaptureLimit)
 	tests := []struct {
 		name   string
 		family Family
@@ -852,7 +952,7 @@ func TestGateFailed(t *testing.T) {
 		// the message is the exception's text: the capture limit cuts a long one.
 		{"chat: an error cut by the capture limit fails", Chat, `data: {"error": {"message": "` + long + `", "type": "BadRequestError", "param": null, "code": 400}}` + "\n\ndata: [DONE]\n\n", true},
 		{"chat: an error past long members, cut by the capture limit, fails", Chat, `data: {"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"m","provider":"p","error":{"code":502,"message":"` + long + `"}}` + "\n\n", true},
-		{"chat: a null error cut by the capture limit does not fail", Chat, `data: {"pad":"` + strings.Repeat("p", 236) + `","error":null,"choices":[]}` + "\n\ndata: [DONE]\n\n", false},
+		{"chat: a null error cut by the capture limit does not fail", Chat, `data: {"pad":"` + strings.Repeat("p", tailCaptureLimit-len(`{"pad":"","error":nu`)) + `","error":null,"choices":[]}` + "\n\ndata: [DONE]\n\n", false},
 		{"other: an error cut by the capture limit fails", Other, `data: {"error": {"message": "` + long + `", "type": "BadRequestError", "param": null, "code": 400}}` + "\n\ndata: [DONE]\n\n", true},
 		{"chat: a clean end does not fail", Chat, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n", false},
 		{"responses: response.failed fails", Responses, `data: {"type":"response.failed","response":{"error":{"code":"server_error"}}}` + "\n\n", true},
@@ -862,6 +962,8 @@ func TestGateFailed(t *testing.T) {
 		{"messages: an error event fails", Messages, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n", true},
 		{"messages: message_stop does not fail", Messages, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", false},
 		{"other: a top-level error fails", Other, `data: {"error":{"message":"x"}}` + "\n\n", true},
+		{"chat: an error after the finish chunk fails", Chat, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" + `data: {"error":{"message":"x"}}` + "\n\n", true},
+		{"other: an error after a .done type fails", Other, `data: {"type":"speech.audio.done"}` + "\n\n" + `data: {"error":{"message":"x"}}` + "\n\n", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -875,6 +977,50 @@ func TestGateFailed(t *testing.T) {
 			}
 			if g.Failed() != tt.want {
 				t.Fatalf("Failed() = %v, want %v", g.Failed(), tt.want)
+			}
+		})
+	}
+}
+
+// What finishes a chat or other stream counts in the held bytes as after commit: the finish
+// chunk may be the event that commits, come after it in the same read, or (a choice's
+// opening) be held before it.
+func TestGateFinishBeforeCommit(t *testing.T) {
+	role := func(i int) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":%d,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, i) + "\n\n"
+	}
+	content := func(i int) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":%d,"delta":{"content":"Hi"},"finish_reason":null}]}`, i) + "\n\n"
+	}
+	finish := func(i int) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":%d,"delta":{},"finish_reason":"stop"}]}`, i) + "\n\n"
+	}
+	tests := []struct {
+		name   string
+		family Family
+		held   string // fed in one read before commit
+		tail   string // observed after
+		want   bool
+	}{
+		{"chat: the finish chunk commits", Chat, role(0) + finish(0), "", true},
+		{"chat: the finish chunk comes with the committing one", Chat, role(0) + content(0) + finish(0), "", true},
+		{"chat: the finish chunk comes after commit", Chat, role(0) + content(0), finish(0), true},
+		{"chat: no finish chunk", Chat, role(0) + content(0), ": keep-alive\n\n", false},
+		{"chat: n=2, a held opening of choice 1 keeps it open", Chat, role(0) + role(1) + content(0) + finish(0), "", false},
+		{"chat: n=2, choice 1 finishes after commit", Chat, role(0) + role(1) + content(0) + finish(0), finish(1), true},
+		{"other: a .done type comes with the committing event", Other,
+			`data: {"type":"transcript.text.delta","delta":"I"}` + "\n\n" + `data: {"type":"transcript.text.done","text":"I"}` + "\n\n", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(tt.family, bigPeek)
+			if d := g.Feed([]byte(tt.held)); d != Commit {
+				t.Fatalf("Feed = %v, want commit", d)
+			}
+			g.Observe([]byte(tt.tail))
+			if g.Finished() != tt.want || g.Failed() {
+				t.Fatalf("Finished() = %v, Failed() = %v; want finished %v", g.Finished(), g.Failed(), tt.want)
 			}
 		})
 	}

@@ -227,13 +227,14 @@ func matrixRows() []row {
 		// vLLM's stream generators end a failure with {"error": {...}} and then [DONE]
 		// (vllm/entrypoints/openai/serving_chat.py, create_streaming_error_response), the
 		// message being the exception's text: longer than the tail keeps of an event.
-		longErr := pt.Chunk{Data: `data: {"error": {"message": "` + strings.Repeat("The engine failed while generating. ", 12) + `", "type": "InternalServerError", "param": null, "code": 500}}` + "\n\n"}
+		longErr := pt.Chunk{Data: `data: {"error": {"message": "` + strings.Repeat("The engine failed while generating. ", 20) + `", "type": "InternalServerError", "param": null, "code": 500}}` + "\n\n"}
 		add(
 			row{name: "reset after content", fam: chatSSE, steps: script(fault(ok, pt.FaultResetAfter, afterContent)), want: partial, shown: shown},
 			row{name: "reset mid event after content", fam: chatSSE, steps: script(fault(ok, pt.FaultResetAfter, midEvent)), want: partial, shown: shown},
 			row{name: "close after content", fam: chatSSE, steps: script(fault(ok, pt.FaultCloseAfter, afterContent)), want: partial, shown: shown},
 			row{name: "truncated chunked body after content", fam: chatSSE, steps: script(fault(pt.SSE(content...), pt.FaultTruncate, 0)), want: partial, shown: shown},
-			row{name: "clean end without [DONE]", fam: chatSSE, steps: script(pt.SSE(append(content, pt.Chunk{Data: pt.ChatFinish})...)), want: partial, shown: shown},
+			row{name: "clean end without finish_reason or [DONE]", fam: chatSSE, steps: script(pt.SSE(content...)), want: partial, shown: shown},
+			row{name: "clean end after finish_reason without [DONE]", fam: chatSSE, steps: script(pt.SSE(append(content, pt.Chunk{Data: pt.ChatFinish})...)), want: served},
 			row{name: "stall after content", fam: chatSSE, steps: script(fault(ok, pt.FaultStallAfter, afterContent)), want: partial, shown: shown, peerClosed: true},
 			row{name: "garbage chunk framing after content", fam: chatSSE, steps: script(fault(ok, pt.FaultGarbageAfter, afterContent+2)), want: partial, shown: shown},
 			row{name: "in-stream error after content", fam: chatSSE, steps: script(fault(pt.SSE(append(content, chatErr)...), pt.FaultTruncate, 0)), want: partialUpstreamError, shown: shown},
