@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -113,5 +117,79 @@ func TestJanitorStopsAtShutdown(t *testing.T) {
 	p.mu.Unlock()
 	if pooled != 0 || armed() || p.janitor.Stop() {
 		t.Fatalf("a connection put back after Shutdown was pooled (%d idle) or armed the janitor", pooled)
+	}
+}
+
+// countingSessionCache counts the session tickets a TLS client received.
+type countingSessionCache struct {
+	tls.ClientSessionCache
+	puts atomic.Int64
+}
+
+func (c *countingSessionCache) Put(key string, cs *tls.ClientSessionState) {
+	c.puts.Add(1)
+	c.ClientSessionCache.Put(key, cs)
+}
+
+// A TLS 1.3 server sends its session tickets after the handshake, which the client has left by
+// then: they are read with the first response, which they precede. The connection is then idle
+// with nothing waiting on it and is reused after more than stalePeekAfter, not taken for one
+// the server closed (upConn.spent). A Go server sends tickets only to a client that keeps them,
+// so the target's pool here gets a session cache (the sidecar keeps none).
+func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
+	var conns atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`) //nolint:errcheck
+	}))
+	up.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.StartTLS()
+	defer up.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL + "/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{RootCAs: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickets := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(8)}
+	srv.targets[0].pool.tlsConfig.ClientSessionCache = tickets // before Serve: no request reads it yet
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	defer srv.Shutdown(t.Context())
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(3 * stalePeekAfter)
+		}
+		resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "1" {
+			t.Fatalf("request %d: %d in %s attempts", i, resp.StatusCode, resp.Header.Get("X-Failover-Attempts"))
+		}
+		if i == 0 && tickets.puts.Load() == 0 {
+			t.Fatal("the target sent no session ticket: the test shows nothing")
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d TLS connections for three requests, want 1 (kept alive)", n)
 	}
 }

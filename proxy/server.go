@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +73,9 @@ type Server struct {
 type Options struct {
 	Logger *slog.Logger
 	Clock  budget.Clock // nil: the system clock
+	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
+	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
+	RootCAs *x509.CertPool
 }
 
 // New builds the server from a validated configuration.
@@ -84,7 +88,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		s.clock = budget.SystemClock{}
 	}
 	for i := range cfg.Targets {
-		t, err := newTarget(i, &cfg.Targets[i], &cfg.Server, &cfg.Budget)
+		t, err := newTarget(i, &cfg.Targets[i], &cfg.Server, &cfg.Budget, opts.RootCAs)
 		if err != nil {
 			return nil, fmt.Errorf("FAILOVER_TARGET_%d: %w", i, err)
 		}

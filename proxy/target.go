@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -54,8 +55,9 @@ type modelPattern struct {
 	prefix bool // "gpt-4o*"
 }
 
-// newTarget builds the runtime target from its validated configuration.
-func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config) (*Target, error) {
+// newTarget builds the runtime target from its validated configuration. roots verifies an
+// https target's certificate (nil: the system roots).
+func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots *x509.CertPool) (*Target, error) {
 	u, err := url.Parse(tc.URL)
 	if err != nil {
 		return nil, err
@@ -103,7 +105,8 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config) (*Tar
 	t.health = budget.NewHealth(b)
 	var tlsConfig *tls.Config
 	if t.isTLS {
-		tlsConfig = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+		tlsConfig = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+			RootCAs: roots}
 	}
 	t.pool = newPool(t.addr, tlsConfig, s.ConnectTimeout)
 	return t, nil

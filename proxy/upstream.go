@@ -35,13 +35,12 @@ const (
 	// maxIdlePerTarget bounds the pool; more concurrent attempts dial and close.
 	maxIdlePerTarget = 512
 	// stalePeekAfter: a pooled connection idle longer is checked for the far side's close
-	// before it is used again (pool.get).
+	// before it is used again (pool.get, upConn.spent).
 	stalePeekAfter = 100 * time.Millisecond
 	// sweepInterval is how often a pool that holds idle connections looks at all of them
 	// without waiting for a request (pool.sweep): one the far side closed is closed within
-	// about sweepInterval, any other within idleConnTimeout+sweepInterval (README, How it
-	// decides). Under TLS the far side's close_notify alert comes before its close and
-	// peerClosed sees data, not the end: such a connection goes at idleConnTimeout.
+	// about sweepInterval, any other within idleConnTimeout+sweepInterval (README, Three
+	// actions, never confused).
 	sweepInterval = 2 * time.Second
 	// pollInterval is how often a wait on an upstream checks that the client is still there:
 	// fasthttp gives no signal while a handler waits, so the wait is cut into slices.
@@ -280,11 +279,16 @@ func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 }
 
 // spent reports whether an idle connection must be closed rather than used: idle past
-// idleConnTimeout, holding bytes no request asked for, or (idle for longer than
-// stalePeekAfter, so worth a syscall) closed by the far side.
+// idleConnTimeout, or holding anything no request asked for, in its reader or (once idle for
+// longer than stalePeekAfter, so worth a syscall) on its socket: bytes, the end or an error.
+// An HTTP/1.1 server sends nothing on an idle keep-alive connection but its close: over http
+// the end itself (or a reset), over https first the TLS close_notify alert, which a check for
+// the end alone takes for data, so the connection would be reused and the request written
+// into a connection already closed. A TLS 1.3 session ticket, sent after the handshake, comes
+// before the first response and is read with it (README, Three actions, never confused).
 func (c *upConn) spent(now time.Time) bool {
 	idle := now.Sub(c.idleSince)
-	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && peerClosed(c.fd)
+	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && c.fd >= 0 && hasInput(uintptr(c.fd))
 }
 
 // get returns a live idle connection or dials a new one; a dial ends early, with their
@@ -644,7 +648,9 @@ func transportOf(err error) classify.Transport {
 
 // peerClosed reports whether the peer of a socket has closed or reset it, without blocking
 // and without consuming data: a MSG_PEEK read that returns 0 bytes means an orderly close.
-// The socket is already non-blocking (Go's poller), and MSG_DONTWAIT makes sure of it.
+// The socket is already non-blocking (Go's poller), and MSG_DONTWAIT makes sure of it. It is
+// for the client's connection, on which bytes waiting (a pipelined request) are no close; an
+// idle upstream connection with anything waiting is spent (upConn.spent).
 func peerClosed(fd int) bool {
 	if fd < 0 {
 		return false

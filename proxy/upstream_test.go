@@ -1,8 +1,13 @@
 package proxy_test
 
 import (
+	"crypto/x509"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llm-failover/failover/proxy"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -141,9 +147,14 @@ func socketsTo(t *testing.T, port int, states ...string) int {
 
 // burstTarget starts a target that closes a keep-alive connection idle for 200 ms, and
 // answers a request with "burst" in its body only after 100 ms, so that every request of a
-// burst (sendBurst) gets a connection of its own. It returns the target's base URL and port.
-func burstTarget(t *testing.T) (url string, port int) {
+// burst (sendBurst) gets a connection of its own. It returns the target's base URL and port,
+// and the CA the sidecar needs to trust it (nil over http).
+func burstTarget(t *testing.T, scheme string) (url string, port int, roots *x509.CertPool) {
 	t.Helper()
+	if scheme == "https" {
+		up, roots, _ := tlsTarget(t, 200*time.Millisecond)
+		return up.URL + "/v1", up.Listener.Addr().(*net.TCPAddr).Port, roots
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +171,46 @@ func burstTarget(t *testing.T) (url string, port int) {
 	}
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { srv.Shutdown() })
-	return "http://" + ln.Addr().String() + "/v1", ln.Addr().(*net.TCPAddr).Port
+	return "http://" + ln.Addr().String() + "/v1", ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tlsTarget starts an https target (net/http's test server, HTTP/1.1 over TLS 1.3) that
+// answers as burstTarget does and closes a keep-alive connection idle for idle (0: never).
+// It returns the server, the CA that verifies its certificate, and how many connections it
+// accepted.
+func tlsTarget(t *testing.T, idle time.Duration) (up *httptest.Server, roots *x509.CertPool, conns *atomic.Int64) {
+	t.Helper()
+	conns = new(atomic.Int64)
+	up = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), "burst") {
+			time.Sleep(100 * time.Millisecond)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, pt.ChatCompletion("hi")) //nolint:errcheck
+	}))
+	up.Config.IdleTimeout = idle
+	up.Config.ErrorLog = log.New(io.Discard, "", 0)
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	roots = x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	return up, roots, conns
+}
+
+// startTrusting starts a sidecar configured by env that trusts roots for https targets.
+func startTrusting(t *testing.T, roots *x509.CertPool, env ...string) *sidecar.Sidecar {
+	t.Helper()
+	cfg, err := proxy.Load(env, true)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return sidecar.StartWith(t, cfg, sidecar.Options{RootCAs: roots})
 }
 
 // sendBurst sends n requests at once through the sidecar and waits for their answers.
@@ -182,9 +232,16 @@ func sendBurst(t *testing.T, s *sidecar.Sidecar, n int) {
 // A burst fills a target's idle pool; the traffic that follows, one request at a time, reuses
 // only the newest connection. The ones below it must not stay open for ever once the target
 // has closed them (in CLOSE_WAIT, each a descriptor): the pool lets them go.
+// Over https the target's close comes as a TLS alert before the FIN: the same holds.
 func TestIdlePoolShrinksAfterABurst(t *testing.T) {
-	url, port := burstTarget(t)
-	s := start(t, targets(url)...)
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) { idlePoolShrinksAfterABurst(t, scheme) })
+	}
+}
+
+func idlePoolShrinksAfterABurst(t *testing.T, scheme string) {
+	url, port, roots := burstTarget(t, scheme)
+	s := startTrusting(t, roots, targets(url)...)
 	sendBurst(t, s, 24)
 	// One request at a time from here on, more often than the target's idle timeout: the
 	// newest connection stays alive, the burst's others are closed by the target.
@@ -206,11 +263,18 @@ func TestIdlePoolShrinksAfterABurst(t *testing.T) {
 
 // After a burst the traffic may stop altogether. The target then closes the burst's
 // connections, and the sidecar must close its side too without waiting for a request that may
-// never come (README, How it decides: within about 2 s of the target's close).
+// never come (README, Three actions, never confused: within about 2 s of the target's close),
+// over http and over https, where the close comes as a TLS alert before the FIN.
 func TestIdlePoolLetsGoOfClosedConnectionsWithoutTraffic(t *testing.T) {
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) { idlePoolLetsGoWithoutTraffic(t, scheme) })
+	}
+}
+
+func idlePoolLetsGoWithoutTraffic(t *testing.T, scheme string) {
 	const burst = 8
-	url, port := burstTarget(t)
-	s := start(t, targets(url)...)
+	url, port, roots := burstTarget(t, scheme)
+	s := startTrusting(t, roots, targets(url)...)
 	sendBurst(t, s, burst)
 	if n := socketsTo(t, port, tcpEstablished, tcpCloseWait); n < burst/2 {
 		t.Fatalf("the burst left %d pooled connections, want about %d", n, burst)
@@ -227,5 +291,53 @@ func TestIdlePoolLetsGoOfClosedConnectionsWithoutTraffic(t *testing.T) {
 				n, socketsTo(t, port, tcpCloseWait))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A provider closes idle keep-alive connections over https as well, and there its close comes
+// as a TLS close_notify alert before the FIN. A pooled connection it closed must cost no
+// attempt: the request goes once, on a fresh connection, and the target's health is
+// untouched (one failure would eject it here).
+func TestTLSConnectionClosedWhileIdleIsRedialled(t *testing.T) {
+	up, roots, conns := tlsTarget(t, 200*time.Millisecond)
+	s := startTrusting(t, roots, env(targets(up.URL+"/v1"), []string{"FAILOVER_EJECT_AFTER=1"})...)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+		t.Fatalf("first request: %d", r.Status)
+	}
+	time.Sleep(500 * time.Millisecond) // the target closes the pooled connection meanwhile
+	r := s.Post("/chat/completions", chatBody)
+	if r.Status != 200 || r.Header.Get("X-Failover-Attempts") != "1" {
+		t.Fatalf("second request: %d in %s attempts, want 200 in 1", r.Status, r.Header.Get("X-Failover-Attempts"))
+	}
+	recs := s.WaitLedger(2)
+	if l, _ := recs[1]["ledger"].([]any); len(l) != 1 {
+		t.Fatalf("ledger %v, want one attempt", recs[1]["ledger"])
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d TLS connections for two requests, want 2 (the second on a fresh one)", n)
+	}
+	m := s.ScrapeMetrics()
+	for _, want := range []string{`failover_target_up{target="t0"} 1`, `failover_target_ejections_total{target="t0"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// A TLS connection the target keeps open is reused after an idle spell longer than the one
+// after which it is checked: nothing waits on it, so the check must not condemn it.
+func TestOpenTLSConnectionIsReused(t *testing.T) {
+	up, roots, conns := tlsTarget(t, 0)
+	s := startTrusting(t, roots, targets(up.URL+"/v1")...)
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond) // more than the 100 ms after which it is checked
+		}
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || r.Header.Get("X-Failover-Attempts") != "1" {
+			t.Fatalf("request %d: %d in %s attempts", i, r.Status, r.Header.Get("X-Failover-Attempts"))
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d TLS connections for three requests, want 1 (kept alive)", n)
 	}
 }

@@ -6,6 +6,7 @@ package sidecar
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,6 +60,9 @@ type Options struct {
 	// io.Discard at info, as in production); Sidecar.Log is then nil.
 	Log   io.Writer
 	Level slog.Level
+	// RootCAs verifies https targets' certificates (proxy.Options): the CA of loopback TLS
+	// servers. nil: the system roots.
+	RootCAs *x509.CertPool
 }
 
 // StartWith runs a sidecar with a ready configuration and options.
@@ -70,7 +74,7 @@ func StartWith(t testing.TB, cfg *proxy.Config, o Options) *Sidecar {
 		buf = &SyncBuffer{}
 		out, level = buf, slog.LevelDebug
 	}
-	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(out, level))})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(out, level)), RootCAs: o.RootCAs})
 	if err != nil {
 		t.Fatal(err)
 	}
