@@ -149,6 +149,13 @@ func scenarios() []*scenario {
 				}
 				return ""
 			}},
+		{name: "finished stream without [DONE]", path: chatPath, body: streamBody, stream: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{pt.SSE(pt.Events(5*time.Millisecond, pt.ChatRole, pt.ChatDelta("whole "), pt.ChatDelta("answer"), pt.ChatFinish)...)}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			}},
 		{name: "invalid request (400)", path: chatPath, body: chatBody,
 			script: func(i, n int) []pt.Step {
 				if i == 0 {
