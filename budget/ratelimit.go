@@ -38,6 +38,7 @@ type RateLimit struct {
 	// limited is true while a limit may be running, so Usable can answer without the lock. It is written under
 	// mu only.
 	limited atomic.Bool
+	avoided atomic.Uint64 // requests that passed the target over for its limit, monotonic
 	mu      sync.Mutex
 	until   time.Time
 	figures RateFigures
@@ -127,6 +128,15 @@ func (r *RateLimit) Usable(now time.Time) bool {
 	return true
 }
 
+// admit is Usable for a request's sweep (Health.Available): a refusal counts as one request avoiding the target.
+func (r *RateLimit) admit(now time.Time) bool {
+	if r.Usable(now) {
+		return true
+	}
+	r.avoided.Add(1)
+	return false
+}
+
 // Until returns the end of the running limit or of the last one, zero when none was set since the target last
 // showed its quota back. Usable says whether it is running.
 func (r *RateLimit) Until() time.Time {
@@ -142,3 +152,7 @@ func (r *RateLimit) Figures() RateFigures {
 	defer r.mu.Unlock()
 	return r.figures
 }
+
+// Avoided returns how many times a request passed the target over because of its rate limit alone (monotonic,
+// for failover_ratelimit_avoided_total): once per request that would otherwise have used or probed it.
+func (r *RateLimit) Avoided() uint64 { return r.avoided.Load() }
