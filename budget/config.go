@@ -22,6 +22,8 @@ type Config struct {
 	ProbeInterval     time.Duration `env:"PROBE_INTERVAL" envDefault:"5s"`      // background probe of targets ejected for timing out; 0 = off
 	RetryBudgetRatio  float64       `env:"RETRY_BUDGET_RATIO" envDefault:"0.2"` // 0 = unlimited
 	RetryBudgetMin    int           `env:"RETRY_BUDGET_MIN" envDefault:"10"`    // floor, per second, over a 10 s window
+	RateLimitAware    bool          `env:"RATELIMIT_AWARE" envDefault:"true"`   // skip a target whose answers report its quota spent
+	RateLimitFloor    float64       `env:"RATELIMIT_FLOOR" envDefault:"0"`      // fraction of a quota's limit below which it counts as spent
 }
 
 // maxRetryBudgetRatio bounds FAILOVER_RETRY_BUDGET_RATIO: past a thousand retries per request the budget no
@@ -76,5 +78,9 @@ func (c *Config) Validate() []error {
 		bad("RETRY_BUDGET_RATIO", "must be in [0, %d] (0 = unlimited), got %g", maxRetryBudgetRatio, c.RetryBudgetRatio)
 	}
 	nonNegative("RETRY_BUDGET_MIN", c.RetryBudgetMin)
+	// A floor of 1 would call every quota spent as soon as anything was used. Written so that NaN fails too.
+	if !(c.RateLimitFloor >= 0 && c.RateLimitFloor < 1) {
+		bad("RATELIMIT_FLOOR", "must be in [0, 1) (a fraction of the limit; 0 = only when none is left), got %g", c.RateLimitFloor)
+	}
 	return errs
 }

@@ -23,6 +23,7 @@ func defaults() Config {
 		ProbeInterval:     5 * time.Second,
 		RetryBudgetRatio:  0.2,
 		RetryBudgetMin:    10,
+		RateLimitAware:    true,
 	}
 }
 
@@ -118,6 +119,16 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"FAILOVER_RETRY_BUDGET_RATIO: must be in [0, 1000] (0 = unlimited), got NaN"}},
 		{"negative budget floor", func(c *Config) { c.RetryBudgetMin = -1 },
 			[]string{"FAILOVER_RETRY_BUDGET_MIN: must be >= 0, got -1"}},
+		{"rate-limit floor just below 1 is valid", func(c *Config) { c.RateLimitFloor = 0.999 }, nil},
+		{"rate-limit floor of 1", func(c *Config) { c.RateLimitFloor = 1 },
+			[]string{"FAILOVER_RATELIMIT_FLOOR: must be in [0, 1) (a fraction of the limit; 0 = only when none is left), got 1"}},
+		{"rate-limit floor written as a percentage", func(c *Config) { c.RateLimitFloor = 5 },
+			[]string{"FAILOVER_RATELIMIT_FLOOR: must be in [0, 1) (a fraction of the limit; 0 = only when none is left), got 5"}},
+		{"negative rate-limit floor", func(c *Config) { c.RateLimitFloor = -0.1 },
+			[]string{"FAILOVER_RATELIMIT_FLOOR: must be in [0, 1) (a fraction of the limit; 0 = only when none is left), got -0.1"}},
+		{"NaN rate-limit floor", func(c *Config) { c.RateLimitFloor = nan() },
+			[]string{"FAILOVER_RATELIMIT_FLOOR: must be in [0, 1) (a fraction of the limit; 0 = only when none is left), got NaN"}},
+		{"rate-limit awareness off is valid", func(c *Config) { c.RateLimitAware = false }, nil},
 		{"every bad field is reported, in field order", func(c *Config) {
 			c.MaxAttempts, c.BackoffMax, c.EjectAfter, c.RetryBudgetMin = -1, time.Millisecond, -5, -3
 		}, []string{

@@ -24,7 +24,9 @@ import (
 // longer believed, and live probes keep their EjectSilent spacing.
 //
 // A Retry-After cooldown is apart from this: it makes the target unavailable until it ends, without counting as
-// an ejection, and a longer cooldown wins over a shorter one.
+// an ejection, and a longer cooldown wins over a shorter one. So is a rate limit (RateLimit, which the proxy feeds
+// with each answer's quota figures): while it runs the target is unavailable, no probe is handed out, and nothing
+// counts against the target's health.
 //
 // Reports are not tied to the request that made them. While a target is ejected and not probing, a Failure or
 // Eject (from an attempt that began before the ejection, or from the all-ejected fallback) changes nothing,
@@ -32,12 +34,13 @@ import (
 // upstream just answered.
 //
 // One Health per target, shared by every request: safe for concurrent use. It is touched once per attempt, under
-// a mutex, except Available on a healthy target, which is one atomic load.
+// a mutex, except Available on a healthy target that is not rate-limited, which is two atomic loads.
 type Health struct {
 	ejectAfter  int
 	ejectBase   time.Duration
 	ejectMax    time.Duration
 	ejectSilent time.Duration
+	rate        *RateLimit
 
 	// calm is true only while the target is neither ejected nor cooling down, so Available can answer without
 	// the lock. It is written under mu only.
@@ -57,17 +60,23 @@ type Health struct {
 
 // NewHealth returns the health of a healthy target under c's ejection settings.
 func NewHealth(c *Config) *Health {
-	h := &Health{ejectAfter: c.EjectAfter, ejectBase: c.EjectBase, ejectMax: c.EjectMax, ejectSilent: c.EjectSilent}
+	h := &Health{ejectAfter: c.EjectAfter, ejectBase: c.EjectBase, ejectMax: c.EjectMax, ejectSilent: c.EjectSilent,
+		rate: NewRateLimit(c)}
 	h.calm.Store(true)
 	return h
 }
 
-// Available reports whether a request may use the target now: not cooling down and not ejected. Once an
-// ejection has expired, exactly one request at a time gets ok=true, probe=true; the others get ok=false until the
-// probe reports. Whoever gets probe=true must report exactly once: Success, Failure, Eject or Release.
+// RateLimit returns the target's rate-limit state, which Available, Usable and State consult: the proxy gives it
+// each answer's figures (RateLimit.Observe).
+func (h *Health) RateLimit() *RateLimit { return h.rate }
+
+// Available reports whether a request may use the target now: not cooling down, not ejected and not
+// rate-limited. Once an ejection has expired, exactly one request at a time gets ok=true, probe=true; the others
+// get ok=false until the probe reports. Whoever gets probe=true must report exactly once: Success, Failure, Eject
+// or Release. A refusal for the rate limit alone counts as one request avoiding the target (RateLimit.Avoided).
 func (h *Health) Available(now time.Time) (ok, probe bool) {
 	if h.calm.Load() {
-		return true, false
+		return h.rate.admit(now), false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -76,8 +85,8 @@ func (h *Health) Available(now time.Time) (ok, probe bool) {
 		return false, false
 	case !h.ejected:
 		h.calm.Store(true)
-		return true, false
-	case h.probing || now.Before(h.ejectUntil):
+		return h.rate.admit(now), false
+	case h.probing || now.Before(h.ejectUntil) || !h.rate.admit(now):
 		return false, false
 	}
 	h.probing = true
@@ -85,16 +94,16 @@ func (h *Health) Available(now time.Time) (ok, probe bool) {
 }
 
 // Usable reports, taking nothing, whether Available would let a request use the target now: neither cooling
-// down nor ejected, or ejected with the ejection over and its probe not yet handed out. A strategy asks it to
+// down nor ejected, or ejected with the ejection over and its probe not yet handed out, and not rate-limited. A strategy asks it to
 // choose a first candidate among the targets a request may use, so that a skipped target's share is not all
 // passed to whichever target follows it. The answer may be stale by the time Available is asked.
 func (h *Health) Usable(now time.Time) bool {
 	if h.calm.Load() {
-		return true
+		return h.rate.Usable(now)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !now.Before(h.coolUntil) && (!h.ejected || !h.probing && !now.Before(h.ejectUntil))
+	return !now.Before(h.coolUntil) && (!h.ejected || !h.probing && !now.Before(h.ejectUntil)) && h.rate.Usable(now)
 }
 
 // Success records a successful attempt: consecutive failures and the ejection count reset, and an ejected (or
@@ -251,14 +260,15 @@ func (h *Health) Ejected(now time.Time) bool {
 type State uint8
 
 const (
-	StateUp      State = iota // requests use it
-	StateCooling              // it asked for a pause (a Retry-After longer than FAILOVER_RETRY_AFTER_MAX): skipped until then
-	StateProbing              // its ejection is over: one request at a time tries it, the others skip it until one succeeds
-	StateEjected              // skipped until its ejection ends
+	StateUp          State = iota // requests use it
+	StateCooling                  // it asked for a pause (a Retry-After longer than FAILOVER_RETRY_AFTER_MAX): skipped until then
+	StateProbing                  // its ejection is over: one request at a time tries it, the others skip it until one succeeds
+	StateEjected                  // skipped until its ejection ends
+	StateRateLimited              // its answers report a quota spent: skipped until the reset they gave, or an answer shows quota again
 	NumStates
 )
 
-var stateNames = [NumStates]string{"up", "cooling", "probing", "ejected"}
+var stateNames = [NumStates]string{"up", "cooling", "probing", "ejected", "ratelimited"}
 
 func (s State) String() string {
 	if s < NumStates {
@@ -268,9 +278,13 @@ func (s State) String() string {
 }
 
 // State returns the target's state now. An ejected target stays ejected or probing until a request shows it
-// healthy; a cooldown shows only when the target is not ejected.
+// healthy, except that an expired ejection shows ratelimited while a rate limit keeps its probe back; a cooldown
+// shows only when the target is not ejected, a rate limit only when it is neither ejected nor cooling down.
 func (h *Health) State(now time.Time) State {
 	if h.calm.Load() {
+		if !h.rate.Usable(now) {
+			return StateRateLimited
+		}
 		return StateUp
 	}
 	h.mu.Lock()
@@ -278,10 +292,14 @@ func (h *Health) State(now time.Time) State {
 	switch {
 	case h.ejected && now.Before(h.ejectUntil) && !h.probing:
 		return StateEjected
+	case h.ejected && !h.probing && !h.rate.Usable(now):
+		return StateRateLimited
 	case h.ejected:
 		return StateProbing
 	case now.Before(h.coolUntil):
 		return StateCooling
+	case !h.rate.Usable(now):
+		return StateRateLimited
 	}
 	return StateUp
 }

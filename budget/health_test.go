@@ -24,6 +24,9 @@ import (
 //	release              ""
 //	ejected              "true" or "false"
 //	usable               "true" or "false"
+//	limit <d>            "" (an answer reporting no requests left, back in d)
+//	quota                "" (an answer reporting requests left)
+//	avoided              RateLimit().Avoided()
 type step struct {
 	at   time.Duration
 	op   string
@@ -80,6 +83,12 @@ func (s step) run(h *Health) string {
 		return strconv.FormatBool(h.Ejected(now))
 	case "usable":
 		return strconv.FormatBool(h.Usable(now))
+	case "limit":
+		h.RateLimit().Observe(now, figures("requests=0@"+arg, now))
+	case "quota":
+		h.RateLimit().Observe(now, figures("requests=5", now))
+	case "avoided":
+		return strconv.FormatUint(h.RateLimit().Avoided(), 10)
 	default:
 		panic("unknown op " + s.op)
 	}
@@ -92,6 +101,7 @@ func TestHealth(t *testing.T) {
 		return &Config{EjectAfter: after, EjectBase: base, EjectMax: max}
 	}
 	std := config(3, 30*s, 300*s)
+	rated := &Config{EjectAfter: 3, EjectBase: 30 * s, EjectMax: 300 * s, RateLimitAware: true}
 	// defaults is the shipped policy (README, Health): fast ejections of 10 s, silent ones of 60 s.
 	defaults := &Config{EjectAfter: 5, EjectBase: 10 * s, EjectMax: 10 * s, EjectSilent: 60 * s}
 	repeat := func(n int, st step) []step {
@@ -255,6 +265,27 @@ func TestHealth(t *testing.T) {
 		{"probe waits for the cooldown", std, []step{
 			{0, "eject", "30s"}, {0, "cool 1m", ""}, {30 * s, "avail", "no"}, {60 * s, "avail", "probe"},
 		}, 1},
+		{"a rate limit takes the target out until its reset, counting nothing against it", rated, []step{
+			{0, "limit 20s", ""}, {s, "avail", "no"}, {s, "usable", "false"}, {s, "state", "ratelimited"},
+			{s, "ejected", "false"}, {s, "ok", "-"}, {2 * s, "avail", "no"}, {19 * s, "usable", "false"},
+			{20 * s, "usable", "true"}, {20 * s, "avail", "ok"}, {20 * s, "state", "up"}, {20 * s, "avoided", "2"},
+		}, 0},
+		{"an answer showing quota again ends the rate limit", rated, []step{
+			{0, "limit 1m", ""}, {s, "avail", "no"}, {2 * s, "quota", ""}, {2 * s, "avail", "ok"}, {2 * s, "state", "up"},
+		}, 0},
+		{"a rate limit keeps an expired ejection's probe back until its reset", rated, []step{
+			{0, "eject", "30s"}, {10 * s, "limit 1m", ""}, {20 * s, "state", "ejected"}, {20 * s, "avail", "no"},
+			{20 * s, "avoided", "0"}, {30 * s, "state", "ratelimited"}, {30 * s, "usable", "false"}, {30 * s, "avail", "no"},
+			{30 * s, "avoided", "1"}, {70 * s, "state", "probing"}, {70 * s, "avail", "probe"}, {70 * s, "state", "probing"},
+			{71 * s, "ok", "restored"},
+		}, 1},
+		{"a cooldown shows before a rate limit; only a refusal for the limit alone counts as avoided", rated, []step{
+			{0, "cool 10s", ""}, {0, "limit 1m", ""}, {s, "state", "cooling"}, {s, "avail", "no"}, {s, "avoided", "0"},
+			{10 * s, "state", "ratelimited"}, {10 * s, "avail", "no"}, {10 * s, "avoided", "1"}, {60 * s, "avail", "ok"},
+		}, 0},
+		{"rate-limit awareness off: answers never take the target out", std, []step{
+			{0, "limit 1m", ""}, {s, "avail", "ok"}, {s, "usable", "true"}, {s, "state", "up"}, {s, "avoided", "0"},
+		}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,6 +398,8 @@ func TestHealthAllocs(t *testing.T) {
 	h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute})
 	ejected := NewHealth(&Config{EjectAfter: 1, EjectBase: time.Hour, EjectMax: time.Hour})
 	ejected.Eject(t0)
+	limited := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute, RateLimitAware: true})
+	limited.RateLimit().Observe(t0, figures("tokens=0@1h", t0))
 	tests := []struct {
 		name string
 		f    func()
@@ -377,6 +410,9 @@ func TestHealthAllocs(t *testing.T) {
 		{"Failure", func() { h.Failure(t0) }},
 		{"Ejected", func() { ejected.Ejected(t0) }},
 		{"Usable ejected", func() { ejected.Usable(t0) }},
+		{"Available rate-limited", func() { limited.Available(t0) }},
+		{"Usable rate-limited", func() { limited.Usable(t0) }},
+		{"State rate-limited", func() { limited.State(t0) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -407,6 +443,14 @@ func BenchmarkHealthAvailable(b *testing.B) {
 	b.Run("ejected", func(b *testing.B) {
 		h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Hour, EjectMax: time.Hour})
 		h.Eject(t0)
+		b.ReportAllocs()
+		for b.Loop() {
+			h.Available(t0)
+		}
+	})
+	b.Run("rate-limited", func(b *testing.B) {
+		h := NewHealth(&Config{EjectAfter: 5, EjectBase: time.Second, EjectMax: time.Minute, RateLimitAware: true})
+		h.RateLimit().Observe(t0, figures("requests=0@1h", t0))
 		b.ReportAllocs()
 		for b.Loop() {
 			h.Available(t0)

@@ -3,7 +3,7 @@ package budget
 import "time"
 
 // Sweep walks one request's candidates in order for the first attempt and each transfer, skipping those whose
-// Health refuses them now (ejected, cooling down, or being probed by another request). When that first pass hands
+// Health refuses them now (ejected, cooling down, rate-limited, or being probed by another request). When that first pass hands
 // out nothing at all because every candidate was refused, a second pass hands them all out anyway, in order and
 // regardless of health: SPEC 5, never fail closed on health alone. Positions are the proxy's candidate order
 // (the strategy's first pick, then declared order); the proxy maps them to targets.

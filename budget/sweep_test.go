@@ -8,9 +8,9 @@ import (
 )
 
 func TestSweep(t *testing.T) {
-	cfg := &Config{EjectAfter: 1, EjectBase: 30 * time.Second, EjectMax: 300 * time.Second}
+	cfg := &Config{EjectAfter: 1, EjectBase: 30 * time.Second, EjectMax: 300 * time.Second, RateLimitAware: true}
 	// Candidate states: "up", "ejected", "expired" (ejection over, probe free), "probing" (another request
-	// holds the probe), "cooling", "nil" (no Health).
+	// holds the probe), "cooling", "ratelimited", "nil" (no Health).
 	health := func(state string) *Health {
 		h := NewHealth(cfg)
 		switch state {
@@ -24,6 +24,8 @@ func TestSweep(t *testing.T) {
 			h.Available(t0)
 		case "cooling":
 			h.Cooldown(t0, time.Minute)
+		case "ratelimited":
+			h.RateLimit().Observe(t0, figures("requests=0@1m", t0))
 		case "nil":
 			return nil
 		default:
@@ -40,6 +42,8 @@ func TestSweep(t *testing.T) {
 		{"all up, in order", []string{"up", "up", "up"}, "0 1 2", false},
 		{"ejected candidates are skipped", []string{"ejected", "up", "ejected", "up"}, "1 3", false},
 		{"cooling candidates are skipped", []string{"cooling", "up"}, "1", false},
+		{"rate-limited candidates are skipped", []string{"ratelimited", "up", "ratelimited", "up"}, "1 3", false},
+		{"every candidate rate-limited: all tried anyway, in order", []string{"ratelimited", "ratelimited"}, "0 1", true},
 		{"a candidate being probed elsewhere is skipped", []string{"probing", "up"}, "1", false},
 		{"an expired ejection is handed out as a probe", []string{"ejected", "expired", "up"}, "1p 2", false},
 		{"every candidate ejected: all tried anyway, in order", []string{"ejected", "ejected", "ejected"}, "0 1 2", true},
