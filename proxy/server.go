@@ -333,6 +333,8 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		msg = fmt.Sprintf("request body larger than FAILOVER_MAX_REQUEST_BYTES (%s)", s.cfg.Server.MaxRequestBytes)
 	case errors.As(err, &small):
 		status, code, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, "request headers larger than 16 KiB"
+	case errors.Is(err, errBareLF):
+		msg = "malformed HTTP request: a line of the request head ends in LF without CR (HTTP/1.1 lines end in CRLF)"
 	case isTimeout(err):
 		status, code, msg = fasthttp.StatusRequestTimeout, "request_timeout", "the request was not received in time"
 	}

@@ -566,3 +566,142 @@ func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestBareLFIsRefusedAtOnce: a request head with a line that ends in LF alone gets 400 and a
+// closed connection at once, not after the 120 s read timeout (the sidecar runs with its real
+// timeouts here: a wait shows as the client's own deadline passing). Nothing reaches the target.
+func TestBareLFIsRefusedAtOnce(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	const wait = 10 * time.Second // far below the read timeout, far above a loaded machine's answer
+	post := func(eol, term string) string {
+		return "POST /v1/chat/completions HTTP/1.1" + eol + "Host: x" + eol + "Content-Type: application/json" + eol +
+			"Content-Length: 2" + term + "{}"
+	}
+	tests := []struct {
+		name  string
+		parts []string // written one after another, 50 ms apart (separate TCP segments)
+	}{
+		{"LF only", []string{"GET /v1/models HTTP/1.1\nHost: x\n\n"}},
+		{"LF only, with a body", []string{post("\n", "\n\n")}},
+		{"CRLF request line, LF header lines", []string{"GET /v1/models HTTP/1.1\r\nHost: x\n\n"}},
+		{"CRLF lines, LF terminator", []string{"GET /v1/models HTTP/1.1\r\nHost: x\r\n\n"}},
+		{"CRLF lines, LF then CRLF terminator", []string{"GET /v1/models HTTP/1.1\r\nHost: x\n\r\n"}},
+		// fasthttp takes these (the block ends in CRLFCRLF) but reads a bare LF as a line end
+		// where another server may not: refused too.
+		{"LF request line, CRLF header lines", []string{"GET /v1/models HTTP/1.1\nHost: x\r\n\r\n"}},
+		{"one LF header line among CRLF ones", []string{post("\r\n", "\r\nX-A: b\n\r\n")}},
+		{"bare LF in a later segment", []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", "Content-Length: 2\n\n{}"}},
+		{"bare LF alone in a later segment", []string{"GET /v1/models HTTP/1.1\r\nHost: x", "\n", "\n"}},
+		{"CR in one segment, bare LF after the next", []string{"GET /v1/models HTTP/1.1\r", "\nHost: x\r\n\n"}},
+		{"head longer than one read", []string{"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 6000) + "\r\nX-A: b\n\n"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawParts(s.Addr, tc.parts, wait)
+			if a.err != nil || a.status != 400 || !a.closed || !isErrorDocument(a.body) {
+				t.Errorf("got status %d closed=%v err=%v body %q; want a 400 error document and a close, at once", a.status, a.closed, a.err, a.body)
+			}
+			if up.Calls() != before {
+				t.Errorf("the request reached the target")
+			}
+		})
+	}
+	t.Run("after a request on the same connection", func(t *testing.T) {
+		good := "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+		a := rawParts(s.Addr, []string{good, "GET /v1/models HTTP/1.1\nHost: x\n\n"}, wait)
+		if a.err != nil || a.status != 200 || a.closed {
+			t.Fatalf("the first request: status %d closed=%v err=%v", a.status, a.closed, a.err)
+		}
+		if a.next.err != nil || a.next.status != 400 || !a.next.closed {
+			t.Errorf("the second request: status %d closed=%v err=%v; want 400 and a close, at once", a.next.status, a.next.closed, a.next.err)
+		}
+	})
+	checkStillServing(t, s)
+}
+
+// TestSplitRequestsAreServed: a well-formed request split at any byte (two TCP segments, the
+// second 2 ms after the first) is served, on one keep-alive connection; a body's own bare LFs
+// are the body's, not line ends.
+func TestSplitRequestsAreServed(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	body := "{\n\"model\": \"gpt-4o-mini\",\n\n\"messages\": []\n}\n\n"
+	req := "\r\nPOST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Folded: a\r\n b\r\n" +
+		"Content-Length: " + itoa(len(body)) + "\r\n\r\n" + body
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 1; i < len(req); i++ {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		before := up.Calls()
+		c.Write([]byte(req[:i])) //nolint:errcheck // the read below reports a failure
+		time.Sleep(2 * time.Millisecond)
+		c.Write([]byte(req[i:])) //nolint:errcheck
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("split at %d (%q|%q): %v", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		if resp.StatusCode != 200 || up.Calls() != before+1 || string(up.Requests()[before].Body) != body {
+			t.Fatalf("split at %d (%q|%q): status %d", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], resp.StatusCode)
+		}
+	}
+}
+
+// rawAnswers is what a client that wrote raw bytes got back for its first request and the
+// one after it on the same connection.
+type rawAnswers struct {
+	rawAnswer
+	next rawAnswer
+}
+
+// rawParts writes parts on a fresh connection, 50 ms apart (so that each is its own TCP
+// segment and read), and reads the answer to each request on it (at most two), and whether
+// the server closed the connection after them.
+func rawParts(addr string, parts []string, wait time.Duration) rawAnswers {
+	var out rawAnswers
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(wait))
+	for i, p := range parts {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Write([]byte(p)) //nolint:errcheck // the server may refuse before reading it all
+	}
+	br := bufio.NewReader(c)
+	read := func() rawAnswer {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			if isTimeoutErr(err) {
+				return rawAnswer{err: err}
+			}
+			return rawAnswer{closed: true}
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		a := rawAnswer{status: resp.StatusCode, body: body, closed: resp.Close}
+		if a.closed {
+			// Closed indeed: nothing more arrives, and the read ends at once.
+			if _, err := br.ReadByte(); err == nil || isTimeoutErr(err) {
+				a.closed = false
+			}
+		}
+		return a
+	}
+	out.rawAnswer = read()
+	if out.err == nil && out.status != 0 && !out.closed {
+		out.next = read()
+	}
+	return out
+}
