@@ -44,7 +44,13 @@ func TestPathMapping(t *testing.T) {
 		{"/v1/chat/completions?%61pi%2dversion=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
 		{"/v1/chat/completions?api%2Dversion", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
 		{"/v1/chat/completions?a=1&a=2&b=%20x", "/api/openai/v1/chat/completions?api-version=2024-10-21&a=1&a=2&b=%20x"},
-		{"/v1/chat/completions?API-version=x", "/api/openai/v1/chat/completions?api-version=2024-10-21&API-version=x"},
+		// And in any case: a server that reads keys case-insensitively takes them for its own.
+		{"/v1/chat/completions?API-VERSION=evil&foo=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&foo=1"},
+		{"/v1/chat/completions?Api-Version=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API%2DVERSION=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?%41PI-version=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API-VERSION", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API-VERSIONS=x", "/api/openai/v1/chat/completions?api-version=2024-10-21&API-VERSIONS=x"},
 		{"/v1/chat/completions?api-version%3Devil", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%3Devil"},
 		{"/v1/chat/completions?api-version%zz=1&api-version%", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%zz=1&api-version%"},
 		{"/v1/chat/completions?api%252Dversion=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&api%252Dversion=1"},
@@ -100,6 +106,24 @@ func TestQueryMergePlusInKeys(t *testing.T) {
 		}
 		if got := reqs[len(reqs)-1].URI; got != tc.want {
 			t.Errorf("?%s went to %s, want %s", tc.query, got, tc.want)
+		}
+	}
+}
+
+// A target URL's key written in capitals is the same key to a server that reads keys in any
+// case: the client's, in whichever case, is dropped.
+func TestQueryMergeTargetKeyInCapitals(t *testing.T) {
+	up := upstream(t)
+	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/v1?Api-Version=1")
+	for _, query := range []string{"api-version=2", "API-VERSION=2", "Api-Version=2", "api%2dVERSION=2"} {
+		before := up.Calls()
+		st := rawRequest(t, s.Addr, "GET /v1/models?"+query+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		reqs := up.Requests()
+		if len(reqs) == before {
+			t.Fatalf("%s: %s and no upstream call", query, st)
+		}
+		if got := reqs[len(reqs)-1].URI; got != "/v1/models?Api-Version=1" {
+			t.Errorf("?%s went to %s, want /v1/models?Api-Version=1", query, got)
 		}
 	}
 }
