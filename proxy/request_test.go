@@ -154,6 +154,74 @@ func TestHeadersForwarded(t *testing.T) {
 	}
 }
 
+// metricLine returns the value of the series on a /metrics page ("" when it is absent).
+func metricLine(page, series string) string {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// underscoreNames returns the names in h that contain '_'.
+func underscoreNames(h map[string]string) []string {
+	var names []string
+	for k := range h {
+		if strings.Contains(k, "_") {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// Client headers with '_' in their names stay behind (a CGI-style server behind the target
+// reads X_Api_Key as X-Api-Key), counted once per request however many attempts it makes;
+// FAILOVER_ALLOW_UNDERSCORE_HEADERS=true forwards them, except those that read with '-' for
+// '_' as a header the sidecar drops or sets itself.
+func TestUnderscoreHeaders(t *testing.T) {
+	const req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+		"X_Api_Key: sk-client\r\nApi_Key: sk-client\r\nauthorization_: x\r\nX_Request_Id: spoofed\r\nX_Failover_Attempt: 9\r\n" +
+		"Content_Length: 9\r\nConnection: X-Hop\r\nX_Hop: hop\r\nX_Custom: mine\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n{}"
+	t.Run("dropped by default", func(t *testing.T) {
+		bad, up := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))), upstream(t)
+		s := start(t, env(targets(bad.URL, up.URL), []string{"FAILOVER_TARGET_1_API_KEY=sk-target"})...)
+		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
+			t.Fatal(st)
+		}
+		for _, u := range []*pt.Upstream{bad, up} {
+			h := u.Requests()[0].Header
+			if names := underscoreNames(h); len(names) > 0 {
+				t.Errorf("forwarded: %v", names)
+			}
+			if h["X-Kept"] != "yes" {
+				t.Errorf("X-Kept was dropped")
+			}
+		}
+		// 8 headers, on a request that made two attempts.
+		if got := metricLine(s.ScrapeMetrics(), `failover_dropped_headers_total{reason="underscore"}`); got != "8" {
+			t.Errorf("failover_dropped_headers_total{reason=\"underscore\"} is %q, want 8", got)
+		}
+	})
+	t.Run("FAILOVER_ALLOW_UNDERSCORE_HEADERS=true", func(t *testing.T) {
+		up := upstream(t)
+		s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-target", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=true"})...)
+		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
+			t.Fatal(st)
+		}
+		h := up.Requests()[0].Header
+		if names := underscoreNames(h); len(names) != 2 || h["X_custom"] != "mine" || h["Authorization_"] != "x" {
+			t.Errorf("forwarded %v, want X_Custom and authorization_ alone (no credential, hop-by-hop, sidecar or framing header)", names)
+		}
+		if h["Authorization"] != "Bearer sk-target" || h["X-Request-Id"] == "spoofed" || h["X-Failover-Attempt"] != "1" {
+			t.Errorf("upstream headers %v", h)
+		}
+		if got := metricLine(s.ScrapeMetrics(), `failover_dropped_headers_total{reason="underscore"}`); got != "0" {
+			t.Errorf("failover_dropped_headers_total{reason=\"underscore\"} is %q, want 0: forwarded headers are not dropped ones", got)
+		}
+	})
+}
+
 // The options a client's Connection lines name are compared with every header it sent, on every
 // attempt: thousands of options beside thousands of headers (16 KiB) would cost a hundred times
 // a plain request in CPU. More than 32 options are refused with 400 before any attempt; a few,
