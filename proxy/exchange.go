@@ -117,6 +117,7 @@ var (
 	headerAccept        = []byte("Accept")
 	valueIdentity       = []byte("identity")
 	valueEventStream    = []byte("text/event-stream")
+	valueChunked        = []byte("chunked")
 	prefixFailover      = []byte("x-failover-")
 )
 

@@ -307,6 +307,49 @@ func TestClientBodyFraming(t *testing.T) {
 	})
 }
 
+// Transfer-Encoding: identity (with no Content-Length) is no framing: fasthttp reads no body
+// for it, and the body would be read as the client's next request, which a proxy in front
+// sent as this one's body (request smuggling). RFC 9112 section 6.3: 400, then close. An
+// empty chunked body is framing, and served.
+func TestTransferEncodingIdentityIsRefused(t *testing.T) {
+	up := upstream(t)
+	s := start(t, targets(up.URL)...)
+	const smuggled = "GET /v1/models?smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, req := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ntransfer-encoding:  IDENTITY \r\n\r\n" + smuggled,
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+		"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+	} {
+		c := dial(t, s.Addr)
+		io.WriteString(c, req)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", req, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		_, err = br.ReadByte() // the connection is closed: nothing more is answered
+		if resp.StatusCode != 400 || err == nil || up.Calls() != 0 {
+			t.Errorf("%q: status %d, read after it %v, upstream calls %d; want 400, a close, none", req, resp.StatusCode, err, up.Calls())
+		}
+		c.Close()
+	}
+	c := dial(t, s.Addr)
+	defer c.Close()
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+smuggled)
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("an empty chunked body, request %d: %v %v", i+1, err, resp)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
 // FAILOVER_INBOUND_TOKEN is never forwarded, in whichever headers and however often the client
 // sends it (an Anthropic SDK given the token as both api_key and auth_token sends it twice).
 func TestInboundTokenNeverForwarded(t *testing.T) {
