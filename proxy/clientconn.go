@@ -60,6 +60,8 @@ type clientConn struct {
 	// lineFamily is the family of the request line read last (requestLineFamily): the shape
 	// for an error fasthttp reports after it reset the request (431, a chunked 413).
 	lineFamily stream.Family
+	head       headScan // the request head being read, for a bare LF
+	bareLF     bool     // the head had one: every read fails with errBareLF
 
 	// The read-ahead's RawConn callback, made once (a closure per read would allocate), and
 	// what it reports.
@@ -81,10 +83,34 @@ const readAheadSize = 4 << 10
 
 var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
 
+// Read reads from what is held (pending, then the read-ahead) or the socket, and scans a
+// request head as it passes (headScan). A one-byte read while no head is being read is a
+// request's first byte: fasthttp reads it alone (ReduceMemoryUsage) before the rest. A head
+// found with a bare LF ends the reading: the reads that follow return errBareLF, and so does
+// this one unless it is that one-byte read (fasthttp closes the connection without an answer
+// when the first byte's read fails), so that fasthttp answers 400 without parsing any of it.
 func (c *clientConn) Read(p []byte) (int, error) {
 	if c.reclaiming {
 		return 0, errReclaimed
 	}
+	if c.bareLF {
+		return 0, errBareLF
+	}
+	if len(p) == 1 && !c.head.on {
+		c.head = headScan{on: true}
+	}
+	n, err := c.read(p)
+	if c.head.on && n > 0 && c.head.bare(p[:n]) {
+		c.bareLF = true
+		if len(p) > 1 {
+			return 0, errBareLF
+		}
+	}
+	return n, err
+}
+
+// read is Read without the head scan.
+func (c *clientConn) read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		if c.pending = c.pending[n:]; len(c.pending) == 0 {
@@ -135,6 +161,59 @@ func (c *clientConn) Read(p []byte) (int, error) {
 
 // errReclaimed ends reclaim's reads where they would reach the socket.
 var errReclaimed = errors.New("reclaimed")
+
+// errBareLF is the read error of a connection whose request head has a bare LF; fasthttp
+// hands it (wrapped) to Server.serveError, which answers 400.
+var errBareLF = errors.New("a line of the request head ends in LF without CR")
+
+// headScan follows a request head through the reads that deliver it, looking for a bare LF:
+// a line that ends in LF without CR. fasthttp takes a bare LF as a line end within a head but
+// waits for CRLFCRLF to end one, so a client that ends its lines with LF alone would get no
+// answer until the read timeout (120 s) and then a 408; and a head it does end, with a bare LF
+// inside, is read in a way another server on the path may not share (request smuggling
+// hides in such differences). Both are refused at once, with 400, as nginx and HAProxy do.
+//
+// The scan starts at a request's first byte and stops at the empty line that ends the head:
+// a body is not scanned. Empty lines before the request line are skipped, as fasthttp skips
+// them (RFC 9112 section 2.2). Bytes are looked at in place, once, with IndexByte: no copy. A
+// head that arrives pipelined behind another request is read by fasthttp from its own buffer,
+// without a read here, and is not scanned. Not safe for concurrent use.
+type headScan struct {
+	on    bool // a head is being read: its end is not seen yet
+	begun bool // a line other than an empty one was seen (the request line)
+	line  int  // bytes of the current line scanned so far
+	cr    bool // the last byte scanned was CR
+}
+
+// bare scans b, the head's next bytes, and reports whether a line in it ends in a bare LF.
+// It turns the scan off at the head's end.
+func (h *headScan) bare(b []byte) bool {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			h.line += len(b)
+			h.cr = b[len(b)-1] == '\r'
+			return false
+		}
+		if i > 0 {
+			h.cr = b[i-1] == '\r'
+		}
+		if !h.cr {
+			return true
+		}
+		empty := h.line+i == 1 // the line was its CR alone
+		b = b[i+1:]
+		h.line, h.cr = 0, false
+		switch {
+		case !empty:
+			h.begun = true
+		case h.begun:
+			h.on = false
+			return false
+		}
+	}
+	return false
+}
 
 // reclaim takes back the connection from hijacked, fasthttp's wrapper of it after a stream
 // hijacked it, so that the server is handed c itself for the next requests. The bytes the

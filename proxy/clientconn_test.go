@@ -210,3 +210,84 @@ func TestRequestLineFamily(t *testing.T) {
 		}
 	}
 }
+
+// headScan finds a bare LF in a request head however the head is cut into reads, stops at
+// the head's end (a body's LFs are not line ends), and skips empty lines before the request line.
+func TestHeadScan(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		bare     bool
+		ended    bool // the head's end was seen
+	}{
+		{"CRLF head", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true},
+		{"CRLF head, a body with bare LFs", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n{\n\n}\n\n", false, true},
+		{"request line alone", "GET / HTTP/1.0\r\n\r\n", false, true},
+		{"empty lines before the request line", "\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true},
+		{"folded header", "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", false, true},
+		{"a CR before the CRLF is no empty line", "GET / HTTP/1.1\r\nX: a\r\r\n\r\n", false, true},
+		{"head not ended", "GET / HTTP/1.1\r\nHost: x\r\n", false, false},
+		{"LF only", "GET / HTTP/1.1\nHost: x\n\n", true, false},
+		{"CRLF request line, LF headers", "GET / HTTP/1.1\r\nHost: x\n\n", true, false},
+		{"LF terminator", "GET / HTTP/1.1\r\nHost: x\r\n\n", true, false},
+		{"LF request line", "GET / HTTP/1.1\nHost: x\r\n\r\n", true, false},
+		{"LF before the request line", "\nGET / HTTP/1.1\r\n\r\n", true, false},
+		{"bare LF after a CR that is not its own", "GET / HTTP/1.1\r\nX: a\r\r\n\n", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Whole, then cut in two at every byte, then one byte at a time.
+			cuts := [][]string{{tc.in}}
+			for i := 1; i < len(tc.in); i++ {
+				cuts = append(cuts, []string{tc.in[:i], tc.in[i:]})
+			}
+			cuts = append(cuts, strings.Split(tc.in, ""))
+			for _, parts := range cuts {
+				h := headScan{on: true}
+				bare := false
+				for _, p := range parts {
+					if h.on && h.bare([]byte(p)) {
+						bare = true
+						break
+					}
+				}
+				if bare != tc.bare || !bare && h.on == tc.ended {
+					t.Fatalf("read as %q: bare %v, ended %v; want bare %v, ended %v", parts, bare, !h.on, tc.bare, tc.ended)
+				}
+			}
+		})
+	}
+}
+
+// A head with a bare LF: the request's first byte is read, then every read fails with
+// errBareLF, so that fasthttp answers 400 without parsing what came.
+func TestClientConnRefusesABareLF(t *testing.T) {
+	c, peer := clientPair(t)
+	if _, err := peer.Write([]byte("GET /v1/models HTTP/1.1\nHost: x\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, c, 1, 1); got != "G" {
+		t.Fatalf("first byte %q", got)
+	}
+	buf := make([]byte, 16<<10)
+	for range 2 {
+		if n, err := c.Read(buf); n != 0 || err != errBareLF {
+			t.Fatalf("read after the first byte: %d bytes, %v; want errBareLF", n, err)
+		}
+	}
+}
+
+// BenchmarkHeadScan is the bare-LF scan of an SDK's request head (OpenAI Python's headers).
+func BenchmarkHeadScan(b *testing.B) {
+	head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:4000\r\nAccept-Encoding: gzip, deflate\r\n" +
+		"Connection: keep-alive\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: OpenAI/Python 1.54.0\r\n" +
+		"X-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.54.0\r\nX-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\n" +
+		"X-Stainless-Runtime: CPython\r\nX-Stainless-Runtime-Version: 3.12.7\r\nAuthorization: Bearer sk-not-a-key\r\n" +
+		"X-Stainless-Async: false\r\nX-Stainless-Retry-Count: 0\r\nContent-Length: 96\r\n\r\n")
+	b.SetBytes(int64(len(head)))
+	b.ReportAllocs()
+	for b.Loop() {
+		h := headScan{on: true}
+		if h.bare(head) || h.on {
+			b.Fatal("misread")
+		}
+	}
+}

@@ -80,6 +80,10 @@ type ServerConfig struct {
 	IdleTimeout      time.Duration `env:"IDLE_TIMEOUT" envDefault:"300s"`
 	AttemptTimeout   time.Duration `env:"ATTEMPT_TIMEOUT" envDefault:"600s"`
 	PeekBytes        Size          `env:"PEEK_BYTES" envDefault:"128KiB"`
+
+	// AllowUnderscoreHeaders forwards the client's headers whose names contain '_' (README,
+	// Headers); by default they are dropped.
+	AllowUnderscoreHeaders bool `env:"ALLOW_UNDERSCORE_HEADERS" envDefault:"false"`
 }
 
 // TargetConfig is one FAILOVER_TARGET_<i>_* group.
@@ -212,9 +216,11 @@ func SecretVariables(environ []string) []string {
 	return names
 }
 
-// isSecret reports whether a variable's value must never be printed.
+// isSecret reports whether a variable's value must never be printed (a switch that merely
+// ends in _HEADERS is no header list).
 func isSecret(name string) bool {
-	return name == envPrefix+"INBOUND_TOKEN" || strings.HasSuffix(name, "_API_KEY") || strings.HasSuffix(name, "_HEADERS")
+	return name == envPrefix+"INBOUND_TOKEN" || strings.HasSuffix(name, "_API_KEY") ||
+		strings.HasSuffix(name, "_HEADERS") && name != envPrefix+"ALLOW_UNDERSCORE_HEADERS"
 }
 
 type loader struct {
@@ -750,6 +756,7 @@ func (c *Config) Describe() string {
 		line("FAILOVER_INBOUND_TOKEN=<not set: any local client may call>")
 	}
 	line("FAILOVER_MAX_REQUEST_BYTES=%s  FAILOVER_MAX_RESPONSE_BYTES=%s  FAILOVER_MAX_INFLIGHT=%d", s.MaxRequestBytes, s.MaxResponseBytes, s.MaxInflight)
+	line("FAILOVER_ALLOW_UNDERSCORE_HEADERS=%t", s.AllowUnderscoreHeaders)
 	line("# targets")
 	for i, t := range c.Targets {
 		key := "<client credentials forwarded>"

@@ -115,6 +115,20 @@ func TestLoadZeroCapsAreNoCap(t *testing.T) {
 	}
 }
 
+// FAILOVER_ALLOW_UNDERSCORE_HEADERS is false unless set, and -check says which.
+func TestLoadUnderscoreHeadersSwitch(t *testing.T) {
+	for value, want := range map[string]bool{"": false, "false": false, "true": true} {
+		c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=" + value}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := "\nFAILOVER_ALLOW_UNDERSCORE_HEADERS=" + strconv.FormatBool(want) + "\n"
+		if c.Server.AllowUnderscoreHeaders != want || !strings.Contains(c.Describe(), line) {
+			t.Errorf("%q: %v, -check:\n%s", value, c.Server.AllowUnderscoreHeaders, c.Describe())
+		}
+	}
+}
+
 // TestLoadLowerCasesLogSettings: the log settings are accepted in any case, and whoever reads
 // the Config (main picks the handler by comparing them) sees them in lower case.
 func TestLoadLowerCasesLogSettings(t *testing.T) {
@@ -151,6 +165,8 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		{"bad size", []string{"FAILOVER_PEEK_BYTES=128KB"}, []string{`FAILOVER_PEEK_BYTES="128KB": not a size`}},
 		{"bad integer", []string{"FAILOVER_MAX_ATTEMPTS=two"}, []string{`FAILOVER_MAX_ATTEMPTS="two": not a whole number`}},
 		{"bad boolean", []string{"FAILOVER_ENABLED=yes please"}, []string{`FAILOVER_ENABLED="yes please": not a boolean`}},
+		{"bad underscore switch", []string{"FAILOVER_ALLOW_UNDERSCORE_HEADERS=on"}, []string{`FAILOVER_ALLOW_UNDERSCORE_HEADERS="on": not a boolean`}},
+		{"underscore switch misspelt", []string{"FAILOVER_ALLOW_UNDERSCORES_HEADERS=true"}, []string{"did you mean FAILOVER_ALLOW_UNDERSCORE_HEADERS?"}},
 		{"bad status token", []string{"FAILOVER_RETRY_ON_STATUSES=429,6xx"}, []string{`FAILOVER_RETRY_ON_STATUSES="429,6xx"`, `"6xx" is not a status`}},
 		{"success status in the retry list", []string{"FAILOVER_RETRY_ON_STATUSES=2xx"}, []string{"FAILOVER_RETRY_ON_STATUSES", "200 is not an error status"}},
 		{"phrase of status words only", []string{"FAILOVER_RETRY_ON_ERRORS=model gone, 404 5xx"}, []string{"FAILOVER_RETRY_ON_ERRORS", "has only status words"}},

@@ -120,6 +120,7 @@ var (
 	headerAccept        = []byte("Accept")
 	valueIdentity       = []byte("identity")
 	valueEventStream    = []byte("text/event-stream")
+	valueChunked        = []byte("chunked")
 	prefixFailover      = []byte("x-failover-")
 )
 
@@ -158,10 +159,10 @@ func dropHopByHop(h *fasthttp.ResponseHeader, connection [][]byte) {
 }
 
 // isHopByHop reports whether header k describes one connection: a hop-by-hop header, or one
-// a Connection line of the message (connection, every line) names.
+// a Connection line of the message (connection, every line) names (compared with sameName).
 func isHopByHop(k []byte, connection [][]byte) bool {
 	for _, h := range hopByHop {
-		if eqFold(k, h) {
+		if sameName(k, h) {
 			return true
 		}
 	}
@@ -169,7 +170,7 @@ func isHopByHop(k []byte, connection [][]byte) bool {
 		for len(line) > 0 {
 			var tok []byte
 			tok, line = cutList(line, ',')
-			if eqFold(k, bytes.TrimSpace(tok)) {
+			if sameName(k, bytes.TrimSpace(tok)) {
 				return true
 			}
 		}
@@ -177,9 +178,10 @@ func isHopByHop(k []byte, connection [][]byte) bool {
 	return false
 }
 
-// hasFailoverPrefix reports whether header k is an X-Failover-* header.
+// hasFailoverPrefix reports whether header k is an X-Failover-* header (X_Failover_* too:
+// sameName).
 func hasFailoverPrefix(k []byte) bool {
-	return len(k) >= len(prefixFailover) && bytes.EqualFold(k[:len(prefixFailover)], prefixFailover)
+	return len(k) >= len(prefixFailover) && sameName(k[:len(prefixFailover)], prefixFailover)
 }
 
 // cutList splits the first item off a sep-separated list.
@@ -967,11 +969,19 @@ func (ex *exchange) buildRequest(a *attempt) {
 	b = append(b, t.host...)
 	b = append(b, '\r', '\n')
 
+	underscores := 0
 	for k, v := range rh.All() {
+		if hasUnderscore(k) && !ex.srv.cfg.Server.AllowUnderscoreHeaders {
+			underscores++
+			continue
+		}
 		if ex.dropped(t, k, v, ex.connection) {
 			continue
 		}
 		b = appendHeaderLine(b, k, v)
+	}
+	if underscores > 0 && a.n == 1 { // counted once per request, not per attempt
+		ex.srv.metrics.droppedUnderscore.Add(underscores)
 	}
 	if t.ownKey {
 		b = appendHeaderLine(b, t.authName, t.authValue)
@@ -1037,36 +1047,43 @@ func appendHeaderLine(b, k, v []byte) []byte {
 	return append(b, '\r', '\n')
 }
 
+// hasUnderscore reports whether header name k has a '_'. Such a client header is dropped
+// unless FAILOVER_ALLOW_UNDERSCORE_HEADERS=true (README, Headers), as nginx does by default: a
+// server that reads headers CGI-style (HTTP_X_API_KEY), behind a target or a proxy in front of
+// it, takes X_Api_Key for X-Api-Key, a header the sidecar removed or set itself.
+func hasUnderscore(k []byte) bool { return bytes.IndexByte(k, '_') >= 0 }
+
 // dropped reports whether the client's header k (value v) stays behind: hop-by-hop headers
 // and the ones the client's Connection lines name, X-Failover-* (the sidecar's own), any
 // header that carries FAILOVER_INBOUND_TOKEN (not only the one it was accepted from: a client
 // may send it twice, as Authorization and x-api-key), the client's credentials when the
 // target sends its own key, and every header the sidecar sets itself (Host, Content-Length,
-// Accept-Encoding, X-Request-Id, the target's configured headers).
+// Accept-Encoding, X-Request-Id, the target's configured headers). Names are compared with
+// sameName: where underscore headers are forwarded, X_Api_Key stays behind as X-Api-Key does.
 func (ex *exchange) dropped(t *Target, k, v []byte, connection [][]byte) bool {
 	if hasFailoverPrefix(k) || isHopByHop(k, connection) {
 		return true
 	}
 	for _, h := range setUpstream {
-		if eqFold(k, h) {
+		if sameName(k, h) {
 			return true
 		}
 	}
-	if ex.tokenHeader != nil && (eqFold(k, ex.tokenHeader) || carriesToken(v, ex.srv.inboundToken)) {
+	if ex.tokenHeader != nil && (sameName(k, ex.tokenHeader) || carriesToken(v, ex.srv.inboundToken)) {
 		return true
 	}
 	if t.ownKey {
-		if eqFold(k, t.authName) {
+		if sameName(k, t.authName) {
 			return true
 		}
 		for _, h := range clientCredentials {
-			if eqFold(k, h) {
+			if sameName(k, h) {
 				return true
 			}
 		}
 	}
 	for _, kv := range t.headers {
-		if eqFold(k, kv[0]) {
+		if sameName(k, kv[0]) {
 			return true
 		}
 	}
@@ -1086,10 +1103,32 @@ func carriesToken(v, tok []byte) bool {
 // setUpstream are the headers the sidecar writes itself on every upstream request.
 var setUpstream = [][]byte{[]byte("Host"), []byte("Content-Length"), headerAcceptEnc, headerRequestID}
 
-// eqFold is a case-insensitive comparison of two ASCII header names.
-func eqFold(a, b []byte) bool {
-	return len(a) == len(b) && bytes.EqualFold(a, b)
+// sameName reports whether two header names are one header: compared in any ASCII case, and
+// with '_' read as '-', as a server that reads headers CGI-style does (hasUnderscore).
+func sameName(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if nameFold[a[i]] != nameFold[b[i]] {
+			return false
+		}
+	}
+	return true
 }
+
+// nameFold maps a header name's byte to the one sameName compares: upper-case letters to
+// lower case, '_' to '-', every other byte to itself.
+var nameFold = func() (t [256]byte) {
+	for i := range t {
+		t[i] = byte(i)
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = byte(c) + 'a' - 'A'
+	}
+	t['_'] = '-'
+	return t
+}()
 
 // hasPrefixFold reports whether s starts with the ASCII word prefix in any case.
 func hasPrefixFold(s, prefix []byte) bool {

@@ -71,6 +71,8 @@ type serverMetrics struct {
 	inflight        atomic.Int64
 	streamCommits   [numCommitReasons]*metrics.Counter
 	budgetExhausted [numBudgets]*metrics.Counter
+	// droppedUnderscore counts the client headers with '_' in their names left behind.
+	droppedUnderscore *metrics.Counter
 }
 
 // targetMetrics are one target's series. The attempts counters are created on first use of
@@ -115,6 +117,7 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 	for b := range numBudgets {
 		m.budgetExhausted[b] = m.set.NewCounter(fmt.Sprintf(`failover_budget_exhausted_total{budget=%q}`, budgetNames[b]))
 	}
+	m.droppedUnderscore = m.set.NewCounter(`failover_dropped_headers_total{reason="underscore"}`)
 	for _, t := range targets {
 		tm := &targetMetrics{set: m.set, name: t.Name}
 		tm.firstByte = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_upstream_first_byte_seconds{target=%q}`, t.Name), latencyBuckets)

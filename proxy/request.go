@@ -428,9 +428,11 @@ func appendUpstreamURI(dst []byte, t *Target, path, query []byte) []byte {
 
 // targetHasKey reports whether the client's query pair names a key the target's URL sets. The
 // client's key is compared percent-decoded, as the upstream reads it: "api%2Dversion" is
-// "api-version", and sent beside the target's it could override it. A '+' is compared both as
-// a space (form encoding, as url.ParseQuery decoded the target's keys) and as itself (as a
-// server reading RFC 3986 queries sees it): a key that is the target's either way is dropped.
+// "api-version", and sent beside the target's it could override it. It is compared in any
+// case too: a server that reads keys case-insensitively (ASP.NET, behind Azure OpenAI) takes
+// "API-VERSION" for "api-version". A '+' is compared both as a space (form encoding, as
+// url.ParseQuery decoded the target's keys) and as itself (as a server reading RFC 3986
+// queries sees it): a key that is the target's either way is dropped.
 func targetHasKey(t *Target, pair []byte) bool {
 	key, _ := cutList(pair, '=')
 	plus := bytes.IndexByte(key, '+') >= 0
@@ -442,10 +444,10 @@ func targetHasKey(t *Target, pair []byte) bool {
 	return false
 }
 
-// queryKeyIs reports whether raw, a query key as sent, percent-decodes to decoded. A '%' that
-// starts no escape ("%zz", a trailing "%") stands for itself. It decodes while it compares, so
-// it allocates nothing.
-func queryKeyIs(raw, decoded []byte, plusIsSpace bool) bool {
+// queryKeyIs reports whether raw, a query key as sent, percent-decodes to lower, in any ASCII
+// case (lower is in lower case). A '%' that starts no escape ("%zz", a trailing "%") stands
+// for itself. It decodes while it compares, so it allocates nothing.
+func queryKeyIs(raw, lower []byte, plusIsSpace bool) bool {
 	j := 0
 	for i := 0; i < len(raw); i, j = i+1, j+1 {
 		c := raw[i]
@@ -456,11 +458,14 @@ func queryKeyIs(raw, decoded []byte, plusIsSpace bool) bool {
 		case c == '+' && plusIsSpace:
 			c = ' '
 		}
-		if j >= len(decoded) || decoded[j] != c {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if j >= len(lower) || lower[j] != c {
 			return false
 		}
 	}
-	return j == len(decoded)
+	return j == len(lower)
 }
 
 // unhex is the value of the hex digit c (isHex(c) holds).

@@ -44,7 +44,13 @@ func TestPathMapping(t *testing.T) {
 		{"/v1/chat/completions?%61pi%2dversion=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
 		{"/v1/chat/completions?api%2Dversion", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
 		{"/v1/chat/completions?a=1&a=2&b=%20x", "/api/openai/v1/chat/completions?api-version=2024-10-21&a=1&a=2&b=%20x"},
-		{"/v1/chat/completions?API-version=x", "/api/openai/v1/chat/completions?api-version=2024-10-21&API-version=x"},
+		// And in any case: a server that reads keys case-insensitively takes them for its own.
+		{"/v1/chat/completions?API-VERSION=evil&foo=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&foo=1"},
+		{"/v1/chat/completions?Api-Version=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API%2DVERSION=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?%41PI-version=evil", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API-VERSION", "/api/openai/v1/chat/completions?api-version=2024-10-21"},
+		{"/v1/chat/completions?API-VERSIONS=x", "/api/openai/v1/chat/completions?api-version=2024-10-21&API-VERSIONS=x"},
 		{"/v1/chat/completions?api-version%3Devil", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%3Devil"},
 		{"/v1/chat/completions?api-version%zz=1&api-version%", "/api/openai/v1/chat/completions?api-version=2024-10-21&api-version%zz=1&api-version%"},
 		{"/v1/chat/completions?api%252Dversion=1", "/api/openai/v1/chat/completions?api-version=2024-10-21&api%252Dversion=1"},
@@ -104,6 +110,24 @@ func TestQueryMergePlusInKeys(t *testing.T) {
 	}
 }
 
+// A target URL's key written in capitals is the same key to a server that reads keys in any
+// case: the client's, in whichever case, is dropped.
+func TestQueryMergeTargetKeyInCapitals(t *testing.T) {
+	up := upstream(t)
+	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/v1?Api-Version=1")
+	for _, query := range []string{"api-version=2", "API-VERSION=2", "Api-Version=2", "api%2dVERSION=2"} {
+		before := up.Calls()
+		st := rawRequest(t, s.Addr, "GET /v1/models?"+query+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		reqs := up.Requests()
+		if len(reqs) == before {
+			t.Fatalf("%s: %s and no upstream call", query, st)
+		}
+		if got := reqs[len(reqs)-1].URI; got != "/v1/models?Api-Version=1" {
+			t.Errorf("?%s went to %s, want /v1/models?Api-Version=1", query, got)
+		}
+	}
+}
+
 func TestHeadersForwarded(t *testing.T) {
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
@@ -128,6 +152,74 @@ func TestHeadersForwarded(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, h[k], v)
 		}
 	}
+}
+
+// metricLine returns the value of the series on a /metrics page ("" when it is absent).
+func metricLine(page, series string) string {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// underscoreNames returns the names in h that contain '_'.
+func underscoreNames(h map[string]string) []string {
+	var names []string
+	for k := range h {
+		if strings.Contains(k, "_") {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// Client headers with '_' in their names stay behind (a CGI-style server behind the target
+// reads X_Api_Key as X-Api-Key), counted once per request however many attempts it makes;
+// FAILOVER_ALLOW_UNDERSCORE_HEADERS=true forwards them, except those that read with '-' for
+// '_' as a header the sidecar drops or sets itself.
+func TestUnderscoreHeaders(t *testing.T) {
+	const req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+		"X_Api_Key: sk-client\r\nApi_Key: sk-client\r\nauthorization_: x\r\nX_Request_Id: spoofed\r\nX_Failover_Attempt: 9\r\n" +
+		"Content_Length: 9\r\nConnection: X-Hop\r\nX_Hop: hop\r\nX_Custom: mine\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n{}"
+	t.Run("dropped by default", func(t *testing.T) {
+		bad, up := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))), upstream(t)
+		s := start(t, env(targets(bad.URL, up.URL), []string{"FAILOVER_TARGET_1_API_KEY=sk-target"})...)
+		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
+			t.Fatal(st)
+		}
+		for _, u := range []*pt.Upstream{bad, up} {
+			h := u.Requests()[0].Header
+			if names := underscoreNames(h); len(names) > 0 {
+				t.Errorf("forwarded: %v", names)
+			}
+			if h["X-Kept"] != "yes" {
+				t.Errorf("X-Kept was dropped")
+			}
+		}
+		// 8 headers, on a request that made two attempts.
+		if got := metricLine(s.ScrapeMetrics(), `failover_dropped_headers_total{reason="underscore"}`); got != "8" {
+			t.Errorf("failover_dropped_headers_total{reason=\"underscore\"} is %q, want 8", got)
+		}
+	})
+	t.Run("FAILOVER_ALLOW_UNDERSCORE_HEADERS=true", func(t *testing.T) {
+		up := upstream(t)
+		s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-target", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=true"})...)
+		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
+			t.Fatal(st)
+		}
+		h := up.Requests()[0].Header
+		if names := underscoreNames(h); len(names) != 2 || h["X_custom"] != "mine" || h["Authorization_"] != "x" {
+			t.Errorf("forwarded %v, want X_Custom and authorization_ alone (no credential, hop-by-hop, sidecar or framing header)", names)
+		}
+		if h["Authorization"] != "Bearer sk-target" || h["X-Request-Id"] == "spoofed" || h["X-Failover-Attempt"] != "1" {
+			t.Errorf("upstream headers %v", h)
+		}
+		if got := metricLine(s.ScrapeMetrics(), `failover_dropped_headers_total{reason="underscore"}`); got != "0" {
+			t.Errorf("failover_dropped_headers_total{reason=\"underscore\"} is %q, want 0: forwarded headers are not dropped ones", got)
+		}
+	})
 }
 
 // The options a client's Connection lines name are compared with every header it sent, on every
@@ -213,6 +305,49 @@ func TestClientBodyFraming(t *testing.T) {
 			t.Errorf("upstream got %q, Transfer-Encoding %q, Content-Length %q", got.Body, got.Header["Transfer-Encoding"], got.Header["Content-Length"])
 		}
 	})
+}
+
+// Transfer-Encoding: identity (with no Content-Length) is no framing: fasthttp reads no body
+// for it, and the body would be read as the client's next request, which a proxy in front
+// sent as this one's body (request smuggling). RFC 9112 section 6.3: 400, then close. An
+// empty chunked body is framing, and served.
+func TestTransferEncodingIdentityIsRefused(t *testing.T) {
+	up := upstream(t)
+	s := start(t, targets(up.URL)...)
+	const smuggled = "GET /v1/models?smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, req := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ntransfer-encoding:  IDENTITY \r\n\r\n" + smuggled,
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+		"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+	} {
+		c := dial(t, s.Addr)
+		io.WriteString(c, req)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", req, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		_, err = br.ReadByte() // the connection is closed: nothing more is answered
+		if resp.StatusCode != 400 || err == nil || up.Calls() != 0 {
+			t.Errorf("%q: status %d, read after it %v, upstream calls %d; want 400, a close, none", req, resp.StatusCode, err, up.Calls())
+		}
+		c.Close()
+	}
+	c := dial(t, s.Addr)
+	defer c.Close()
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+smuggled)
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("an empty chunked body, request %d: %v %v", i+1, err, resp)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 }
 
 // FAILOVER_INBOUND_TOKEN is never forwarded, in whichever headers and however often the client

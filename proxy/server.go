@@ -302,7 +302,8 @@ func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
 // serveProxy is the proxy listener's handler.
 func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	if !bytes.HasPrefix(path, prefixV1) && s.serveHealth(ctx, path) {
+	unframed := len(ctx.PostBody()) == 0 && identityCoded(ctx.Request.Header.RawHeaders())
+	if !unframed && !bytes.HasPrefix(path, prefixV1) && s.serveHealth(ctx, path) {
 		return // probes are not requests: no ledger record
 	}
 	s.active.Add(1)
@@ -310,6 +311,9 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
 	switch {
+	case unframed:
+		ctx.SetConnectionClose() // what follows on the connection is this request's body
+		ex.reject(fasthttp.StatusBadRequest, codeBadRequest, "malformed HTTP request: a Transfer-Encoding other than chunked")
 	case !bytes.HasPrefix(path, prefixV1):
 		ex.reject(fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
 	case s.closing.Load():
@@ -329,6 +333,28 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// prefixTransferEncoding starts a Transfer-Encoding line (fasthttp refuses a space before
+// the colon).
+var prefixTransferEncoding = []byte("transfer-encoding:")
+
+// identityCoded reports whether a request's raw header block has a Transfer-Encoding line
+// that does not say chunked. fasthttp refuses every coding but chunked and identity, and reads
+// identity as no coding at all: with no Content-Length it reads no body, and the body's bytes
+// would be read as the client's next request, where a proxy in front sent them as this one's
+// body (request smuggling). RFC 9112 section 6.3: the length cannot be known, so 400, then
+// close. Called only for a request whose body is empty, so it costs a request with a body
+// nothing; an empty chunked body ("0" CRLF CRLF) is framing, and served.
+func identityCoded(raw []byte) bool {
+	for len(raw) > 0 {
+		var line []byte
+		line, raw = cutList(raw, '\n')
+		if hasPrefixFold(line, prefixTransferEncoding) && !bytes.EqualFold(bytes.TrimSpace(line[len(prefixTransferEncoding):]), valueChunked) {
+			return true
+		}
+	}
+	return false
+}
+
 // serveError answers what fasthttp rejects before the handler: bodies over the limit (413),
 // header blocks over 16 KiB (431) and malformed requests (400). Each still gets a ledger record.
 func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
@@ -340,6 +366,8 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		msg = fmt.Sprintf("request body larger than FAILOVER_MAX_REQUEST_BYTES (%s)", s.cfg.Server.MaxRequestBytes)
 	case errors.As(err, &small):
 		status, code, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, "request headers larger than 16 KiB"
+	case errors.Is(err, errBareLF):
+		msg = "malformed HTTP request: a line of the request head ends in LF without CR (HTTP/1.1 lines end in CRLF)"
 	case isTimeout(err):
 		status, code, msg = fasthttp.StatusRequestTimeout, "request_timeout", "the request was not received in time"
 	}

@@ -27,6 +27,7 @@ type Target struct {
 	host     []byte // Host header
 	basePath []byte // the base URL's path without a trailing slash ("/v1")
 	query    []byte // the base URL's raw query, kept first in every request
+	// queryKey are the query's keys, decoded, in lower case (targetHasKey).
 	queryKey [][]byte
 
 	authName  []byte // upstream auth header, nil when the client's credentials are forwarded
@@ -76,7 +77,7 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots
 	if u.RawQuery != "" {
 		t.query = []byte(u.RawQuery)
 		for k := range u.Query() {
-			t.queryKey = append(t.queryKey, []byte(k))
+			t.queryKey = append(t.queryKey, lowerASCII(k))
 		}
 	}
 	if tc.APIKey != "" {
@@ -110,6 +111,17 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots
 	}
 	t.pool = newPool(t.addr, tlsConfig, s.ConnectTimeout)
 	return t, nil
+}
+
+// lowerASCII returns s with its ASCII letters in lower case, the others as they are.
+func lowerASCII(s string) []byte {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
 }
 
 // serves reports whether the target serves this request path and requested model. A path

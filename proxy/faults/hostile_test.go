@@ -108,6 +108,20 @@ func rawExchange(addr string, payload []byte, wait time.Duration, closeWrite, ch
 		c.(*net.TCPConn).CloseWrite()
 	}
 	br := bufio.NewReader(c)
+	a := readAnswer(br)
+	if checkClose && a.status != 0 && !a.closed {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := br.ReadByte(); err != nil && !isTimeoutErr(err) {
+			a.closed = true
+		}
+	}
+	return a
+}
+
+// readAnswer reads one response from br: its status and body, and closed when it announces
+// the connection's close; a connection closed before any answer is closed with status 0, and
+// a read that timed out is err.
+func readAnswer(br *bufio.Reader) rawAnswer {
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		if isTimeoutErr(err) {
@@ -117,14 +131,7 @@ func rawExchange(addr string, payload []byte, wait time.Duration, closeWrite, ch
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	a := rawAnswer{status: resp.StatusCode, body: body, closed: resp.Close}
-	if checkClose && !a.closed {
-		c.SetReadDeadline(time.Now().Add(time.Second))
-		if _, err := br.ReadByte(); err != nil && !isTimeoutErr(err) {
-			a.closed = true
-		}
-	}
-	return a
+	return rawAnswer{status: resp.StatusCode, body: body, closed: resp.Close}
 }
 
 func isTimeoutErr(err error) bool {
@@ -205,6 +212,18 @@ func TestMalformedRequests(t *testing.T) {
 		{"bare LF line ends", "POST /v1/chat/completions HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}"},
 		{"CONNECT", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n"},
 		{"asterisk form", "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"},
+		// Header and request-line syntax.
+		{"tab before a header colon", "POST /v1/chat/completions HTTP/1.1\r\nHost\t: x\r\n" + cl2},
+		{"header name with a slash", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX/Y: a\r\n" + cl2},
+		{"header name with UTF-8", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-\xc3\xa9: a\r\n" + cl2},
+		{"empty header name", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n: a\r\n" + cl2},
+		{"CR alone in a header value", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n" + cl2},
+		{"first header line folded", "POST /v1/chat/completions HTTP/1.1\r\n Host: x\r\n" + cl2},
+		{"two spaces in the request line", "GET  /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"space in the request target", "GET /v1/mo dels HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"tab in the request target", "GET /v1/mo\tdels HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"HTTP/0.9 request line", "GET /v1/models\r\n\r\n"},
+		{"HTTP/2 preface on the HTTP/1.1 port", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,6 +249,11 @@ func TestMalformedRequests(t *testing.T) {
 		{"unknown HTTP minor version", "POST /v1/chat/completions HTTP/1.9\r\nHost: x\r\n" + cl2},
 		{"absolute-form URI naming another host", "GET http://evil.example/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n"},
 		{"Content-Length and Transfer-Encoding (the chunked body wins, then close)", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"},
+		{"folded header value (read with a space)", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n" + cl2},
+		{"UTF-8 in a header value", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Name: \xc3\xa9\r\n" + cl2},
+		{"request target with a fragment", "GET /v1/models#fragment HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"unknown method", "FROB /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"HTTP/2.0 in an HTTP/1 request line", "GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n"},
 	}
 	for _, tc := range answered {
 		t.Run(tc.name, func(t *testing.T) {
@@ -566,3 +590,494 @@ func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestBareLFIsRefusedAtOnce: a request head with a line that ends in LF alone gets 400 and a
+// closed connection at once, not after the 120 s read timeout (the sidecar runs with its real
+// timeouts here: a wait shows as the client's own deadline passing). Nothing reaches the target.
+func TestBareLFIsRefusedAtOnce(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	const wait = 10 * time.Second // far below the read timeout, far above a loaded machine's answer
+	post := func(eol, term string) string {
+		return "POST /v1/chat/completions HTTP/1.1" + eol + "Host: x" + eol + "Content-Type: application/json" + eol +
+			"Content-Length: 2" + term + "{}"
+	}
+	tests := []struct {
+		name  string
+		parts []string // written one after another, 50 ms apart (separate TCP segments)
+	}{
+		{"LF only", []string{"GET /v1/models HTTP/1.1\nHost: x\n\n"}},
+		{"LF only, with a body", []string{post("\n", "\n\n")}},
+		{"CRLF request line, LF header lines", []string{"GET /v1/models HTTP/1.1\r\nHost: x\n\n"}},
+		{"CRLF lines, LF terminator", []string{"GET /v1/models HTTP/1.1\r\nHost: x\r\n\n"}},
+		{"CRLF lines, LF then CRLF terminator", []string{"GET /v1/models HTTP/1.1\r\nHost: x\n\r\n"}},
+		// fasthttp takes these (the block ends in CRLFCRLF) but reads a bare LF as a line end
+		// where another server may not: refused too.
+		{"LF request line, CRLF header lines", []string{"GET /v1/models HTTP/1.1\nHost: x\r\n\r\n"}},
+		{"one LF header line among CRLF ones", []string{post("\r\n", "\r\nX-A: b\n\r\n")}},
+		{"bare LF in a later segment", []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", "Content-Length: 2\n\n{}"}},
+		{"bare LF alone in a later segment", []string{"GET /v1/models HTTP/1.1\r\nHost: x", "\n", "\n"}},
+		{"CR in one segment, bare LF after the next", []string{"GET /v1/models HTTP/1.1\r", "\nHost: x\r\n\n"}},
+		{"head longer than one read", []string{"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 6000) + "\r\nX-A: b\n\n"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawParts(s.Addr, tc.parts, wait)
+			if a.err != nil || a.status != 400 || !a.closed || !isErrorDocument(a.body) {
+				t.Errorf("got status %d closed=%v err=%v body %q; want a 400 error document and a close, at once", a.status, a.closed, a.err, a.body)
+			}
+			if up.Calls() != before {
+				t.Errorf("the request reached the target")
+			}
+		})
+	}
+	t.Run("after a request on the same connection", func(t *testing.T) {
+		// The second request is sent once the first is answered: one sent before would be
+		// pipelined, read by fasthttp from its own buffer, and not scanned (headScan).
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(wait))
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+		if a := readAnswer(br); a.status != 200 || a.closed {
+			t.Fatalf("the first request: status %d closed=%v err=%v", a.status, a.closed, a.err)
+		}
+		io.WriteString(c, "GET /v1/models HTTP/1.1\nHost: x\n\n")
+		a := readAnswer(br)
+		if _, err := br.ReadByte(); err == nil || isTimeoutErr(err) {
+			a.closed = false // the connection is still open
+		}
+		if a.err != nil || a.status != 400 || !a.closed {
+			t.Errorf("the second request: status %d closed=%v err=%v; want 400 and a close, at once", a.status, a.closed, a.err)
+		}
+	})
+	checkStillServing(t, s)
+}
+
+// TestSplitRequestsAreServed: a well-formed request split at any byte (two TCP segments, the
+// second 2 ms after the first) is served, on one keep-alive connection; a body's own bare LFs
+// are the body's, not line ends.
+func TestSplitRequestsAreServed(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	body := "{\n\"model\": \"gpt-4o-mini\",\n\n\"messages\": []\n}\n\n"
+	req := "\r\nPOST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Folded: a\r\n b\r\n" +
+		"Content-Length: " + itoa(len(body)) + "\r\n\r\n" + body
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 1; i < len(req); i++ {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		before := up.Calls()
+		c.Write([]byte(req[:i])) //nolint:errcheck // the read below reports a failure
+		time.Sleep(2 * time.Millisecond)
+		c.Write([]byte(req[i:])) //nolint:errcheck
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("split at %d (%q|%q): %v", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		if resp.StatusCode != 200 || up.Calls() != before+1 || string(up.Requests()[before].Body) != body {
+			t.Fatalf("split at %d (%q|%q): status %d", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], resp.StatusCode)
+		}
+	}
+}
+
+// rawAnswers is what a client that wrote raw bytes got back for its first request and the
+// one after it on the same connection.
+type rawAnswers struct {
+	rawAnswer
+	next rawAnswer
+}
+
+// rawParts writes parts on a fresh connection, 50 ms apart (so that each is its own TCP
+// segment and read), and reads the answer to each request on it (at most two), and whether
+// the server closed the connection after them.
+func rawParts(addr string, parts []string, wait time.Duration) rawAnswers {
+	var out rawAnswers
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(wait))
+	for i, p := range parts {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Write([]byte(p)) //nolint:errcheck // the server may refuse before reading it all
+	}
+	br := bufio.NewReader(c)
+	read := func() rawAnswer {
+		a := readAnswer(br)
+		if a.status != 0 && a.closed {
+			// Closed indeed: nothing more arrives, and the read ends at once.
+			if _, err := br.ReadByte(); err == nil || isTimeoutErr(err) {
+				a.closed = false
+			}
+		}
+		return a
+	}
+	out.rawAnswer = read()
+	if out.err == nil && out.status != 0 && !out.closed {
+		out.next = read()
+	}
+	return out
+}
+
+// TestRequestFraming: every Content-Length and Transfer-Encoding variant is read one way only.
+// Each request is followed on its connection by a second one (the smuggling marker): a
+// refused framing closes the connection, so neither reaches the target; a framing that is
+// read sends the target exactly its body, and then the marker arrives as a request of its own,
+// with nothing of the first one's bytes (or the connection is closed after the answer, where
+// RFC 9112 section 6.3 asks for it).
+func TestRequestFraming(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	const marker = "GET /v1/models?smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	post := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+	chunked := post + "Transfer-Encoding: chunked\r\n\r\n"
+	const refused = "refused"
+	tests := []struct {
+		name    string
+		payload string
+		body    string // what the target gets, or refused
+		close   bool   // the connection closes after the answer
+	}{
+		// Content-Length.
+		{"Content-Length with a plus sign", post + "Content-Length: +2\r\n\r\n{}", refused, false},
+		{"Content-Length as a list", post + "Content-Length: 2, 2\r\n\r\n{}", refused, false},
+		{"two equal Content-Lengths", post + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", refused, false},
+		{"Content-Length in hex", post + "Content-Length: 0x2\r\n\r\n{}", refused, false},
+		{"Content-Length with a fraction", post + "Content-Length: 2.0\r\n\r\n{}", refused, false},
+		{"empty Content-Length", post + "Content-Length:\r\n\r\n{}", refused, false},
+		{"Content-Length past 64 bits", post + "Content-Length: 99999999999999999999\r\n\r\n{}", refused, false},
+		{"space before the Content-Length colon", post + "Content-Length : 2\r\n\r\n{}", refused, false},
+		{"Content-Length with a vertical tab", post + "Content-Length: \x0b2\r\n\r\n{}", refused, false},
+		{"Content-Length in lower case", post + "content-length: 2\r\n\r\n{}", "{}", false},
+		{"Content-Length with leading zeros", post + "Content-Length: 002\r\n\r\n{}", "{}", false},
+		{"Content-Length with spaces and tabs around", post + "Content-Length:\t2 \r\n\r\n{}", "{}", false},
+		{"Content-Length folded onto the next line", post + "Content-Length:\r\n 2\r\n\r\n{}", "{}", false},
+		{"Content-Length: 0", post + "Content-Length: 0\r\n\r\n", "", false},
+		{"no length on a POST", post + "\r\n", "", false},
+		{"GET with a Content-Length body", "GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "{}", false},
+		{"Content_Length is no framing", post + "Content_Length: 40\r\nContent-Length: 2\r\n\r\n{}", "{}", false},
+		// Transfer-Encoding.
+		{"chunked, chunked", post + "Transfer-Encoding: chunked, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"gzip, chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"chunked, gzip", post + "Transfer-Encoding: chunked, gzip\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"xchunked", post + "Transfer-Encoding: xchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"space before the Transfer-Encoding colon", post + "Transfer-Encoding : chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"two Transfer-Encoding lines", post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"Transfer-Encoding with a vertical tab", post + "Transfer-Encoding: \x0bchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"Transfer-Encoding with a NUL", post + "Transfer-Encoding: chunked\x00\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"empty Transfer-Encoding", post + "Transfer-Encoding:\r\nContent-Length: 2\r\n\r\n{}", refused, false},
+		{"Transfer-Encoding: identity", post + "Transfer-Encoding: identity\r\n\r\n{}", refused, false},
+		{"Transfer-Encoding in HTTP/1.0", "POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"Chunked in capitals", post + "Transfer-Encoding: Chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", false},
+		{"chunked after a tab", post + "Transfer-Encoding:\tchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", false},
+		{"chunked folded onto the next line", post + "Transfer-Encoding:\r\n chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", false},
+		{"GET with a chunked body", "GET /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", false},
+		{"Transfer_Encoding is no framing", post + "Transfer_Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}", "{}", false},
+		// Both: the chunked body wins, and the connection closes (RFC 9112 section 6.3).
+		{"Content-Length then Transfer-Encoding", post + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", true},
+		{"Transfer-Encoding then Content-Length", post + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "{}", true},
+		{"Transfer-Encoding: identity with a Content-Length", post + "Transfer-Encoding: identity\r\nContent-Length: 2\r\n\r\n{}", "{}", true},
+		// Chunk framing.
+		{"chunk size in 0x form", chunked + "0x2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"chunk size with a plus sign", chunked + "+2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"chunk size after a space", chunked + " 2\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"chunk size past 64 bits", chunked + "ffffffffffffffffff\r\n{}\r\n0\r\n\r\n", refused, false},
+		{"chunk lines ending in bare LF", chunked + "2\n{}\n0\n\n", refused, false},
+		{"chunk longer than its size", chunked + "2\r\n{}xx\r\n0\r\n\r\n", refused, false},
+		{"Content-Length in the trailer", chunked + "2\r\n{}\r\n0\r\nContent-Length: 50\r\n\r\n", refused, false},
+		{"no last chunk", chunked + "2\r\n{}\r\n", refused, false},
+		{"chunk extension", chunked + "2;name=value\r\n{}\r\n0\r\n\r\n", "{}", false},
+		{"chunk size with leading zeros", chunked + "0002\r\n{}\r\n0000\r\n\r\n", "{}", false},
+		{"chunk size in capitals", chunked + "A\r\n{\"a\":\"bc\"}\r\n0\r\n\r\n", `{"a":"bc"}`, false},
+		{"trailer field", chunked + "2\r\n{}\r\n0\r\nX-Trailer: 1\r\n\r\n", "{}", false},
+		{"empty chunked body", chunked + "0\r\n\r\n", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawParts(s.Addr, []string{tc.payload + marker}, 10*time.Second)
+			reqs := up.Requests()[before:]
+			if tc.body == refused {
+				if !refusedCleanly(a.rawAnswer) || a.status != 0 && !a.closed || len(reqs) > 0 {
+					t.Errorf("want a 4xx and a close, nothing at the target; got status %d closed=%v err=%v, %d upstream requests", a.status, a.closed, a.err, len(reqs))
+				}
+				return
+			}
+			if a.err != nil || a.status != 200 || len(reqs) == 0 || string(reqs[0].Body) != tc.body {
+				t.Fatalf("want the target's 200 for a body of %q; got status %d err=%v, upstream %v", tc.body, a.status, a.err, describe(reqs))
+			}
+			switch {
+			case tc.close:
+				if !a.closed || len(reqs) != 1 {
+					t.Errorf("want the connection closed after the answer; closed=%v, upstream %v", a.closed, describe(reqs))
+				}
+			case a.next.status != 200 || len(reqs) != 2 || reqs[1].URI != "/api/base/v1/models?smuggled" || len(reqs[1].Body) != 0:
+				t.Errorf("the next request on the connection: status %d, upstream %v; want it whole and on its own", a.next.status, describe(reqs))
+			}
+		})
+	}
+	checkContained(t, up)
+	checkStillServing(t, s)
+}
+
+// describe lists upstream requests for a failure message: method, URI and body size.
+func describe(reqs []pt.Request) []string {
+	var out []string
+	for _, r := range reqs {
+		out = append(out, r.Method+" "+r.URI+" ("+itoa(len(r.Body))+" bytes)")
+	}
+	return out
+}
+
+// TestHostTricks: the target always gets its own Host, whatever the client says its host is;
+// a Host that makes the request ambiguous (two, none, a list, a path) is refused.
+func TestHostTricks(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	get := "GET /v1/models HTTP/1.1\r\n"
+	tests := []struct {
+		name    string
+		payload string
+		served  bool
+	}{
+		{"another host", get + "Host: evil.example\r\n\r\n", true},
+		{"a host with user info", get + "Host: user@evil.example\r\n\r\n", true},
+		{"an IPv6 host with a port", get + "Host: [::1]:4000\r\n\r\n", true},
+		{"a host between tabs", get + "Host:\tevil.example\t\r\n\r\n", true},
+		{"X-Forwarded-Host beside it", get + "Host: x\r\nX-Forwarded-Host: evil.example\r\nForwarded: host=evil.example\r\n\r\n", true},
+		{"absolute URI naming another host", "GET http://evil.example/v1/models HTTP/1.1\r\nHost: x\r\n\r\n", true},
+		{"absolute https URI with user info", "GET https://user:pw@evil.example:8443/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n", true},
+		{"HTTP/1.0 without Host", "GET /v1/models HTTP/1.0\r\n\r\n", true},
+		{"two Host lines", get + "Host: x\r\nHost: evil.example\r\n\r\n", false},
+		{"empty Host", get + "Host:\r\n\r\n", false},
+		{"HTTP/1.1 without Host", get + "\r\n", false},
+		{"Host as a list", get + "Host: x, evil.example\r\n\r\n", false},
+		{"Host with a path", get + "Host: evil.example/v1\r\n\r\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawRoundTrip(s.Addr, []byte(tc.payload), 10*time.Second)
+			switch {
+			case tc.served && (a.status != 200 || up.Calls() != before+1):
+				t.Errorf("want it served by the target; got status %d err=%v, %d upstream calls", a.status, a.err, up.Calls()-before)
+			case !tc.served && (!refusedCleanly(a) || up.Calls() != before):
+				t.Errorf("want a clear 4xx or a close, nothing at the target; got status %d err=%v, %d upstream calls", a.status, a.err, up.Calls()-before)
+			}
+		})
+	}
+	checkContained(t, up) // the target's Host on every request, inside its base path
+	checkStillServing(t, s)
+}
+
+// TestCredentialTricks: FAILOVER_INBOUND_TOKEN is accepted only where the README says
+// (Authorization: Bearer, X-Api-Key), and nowhere near it; a client's credentials never reach a
+// target that sends its own key, however they are spelt; the sidecar's own headers are not
+// read from their underscore forms; and no credential is ever written to the log.
+func TestCredentialTricks(t *testing.T) {
+	const token, targetKey, clientKey = "tok-inbound-not-a-key", "sk-target-not-a-key", "sk-client-not-a-key"
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_0_API_KEY=" + targetKey,
+		"FAILOVER_INBOUND_TOKEN=" + token}, timeouts)...)
+	get := "GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+	bearer := "Authorization: Bearer " + token + "\r\n"
+	refused := []struct{ name, headers string }{
+		{"no token", ""},
+		{"token as X_Api_Key", "X_Api_Key: " + token + "\r\n"},
+		{"token as Api-Key", "Api-Key: " + token + "\r\n"},
+		{"token as Proxy-Authorization", "Proxy-Authorization: Bearer " + token + "\r\n"},
+		{"token as Basic credentials", "Authorization: Basic dG9rLWluYm91bmQtbm90LWEta2V5\r\n"},
+		{"token after Bearer without a space", "Authorization: Bearer" + token + "\r\n"},
+		{"token with a suffix", "Authorization: Bearer " + token + "x\r\n"},
+		{"token's prefix", "Authorization: Bearer " + token[:len(token)-1] + "\r\n"},
+		{"token in a second Authorization line", "Authorization: Bearer wrong\r\n" + bearer},
+		{"token in two Authorization values", "Authorization: Bearer wrong, Bearer " + token + "\r\n"},
+		{"token in the query", ""}, // sent as ?api_key= below
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			req := get + tc.headers + "\r\n"
+			if tc.name == "token in the query" {
+				req = strings.Replace(req, "/v1/models", "/v1/models?api_key="+token+"&key="+token, 1)
+			}
+			before := up.Calls()
+			if a := rawRoundTrip(s.Addr, []byte(req), 10*time.Second); a.status != 401 || up.Calls() != before {
+				t.Errorf("want 401 and nothing at the target; got status %d err=%v", a.status, a.err)
+			}
+		})
+	}
+	accepted := []struct{ name, headers string }{
+		{"the client's key in every spelling", bearer + "X-Api-Key: " + clientKey + "\r\nx-api-key: " + clientKey + "\r\nX-API-KEY: " + clientKey +
+			"\r\nApi-Key: " + clientKey + "\r\nX-Goog-Api-Key: " + clientKey + "\r\nX_Api_Key: " + clientKey + "\r\nApi_Key: " + clientKey +
+			"\r\nauthorization_: Bearer " + clientKey + "\r\nOpenAI-Organization: org-client\r\nOpenAI_Project: proj-client\r\n"},
+		{"the client's key after the token", bearer + "Authorization: Bearer " + clientKey + "\r\n"},
+		{"the target's key header named in Connection", bearer + "Connection: Authorization, X-Api-Key\r\n"},
+		{"the token as X-Api-Key in capitals", "X-API-KEY: " + token + "\r\n"},
+		{"underscore forms of the sidecar's headers", bearer + "X_Request_Id: spoofed-id\r\nX_Session_Id: s1\r\nX_Failover_Attempt: 9\r\n"},
+	}
+	for _, tc := range accepted {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawRoundTrip(s.Addr, []byte(get+tc.headers+"\r\n"), 10*time.Second)
+			if a.status != 200 || up.Calls() != before+1 {
+				t.Fatalf("want the target's 200; got status %d err=%v", a.status, a.err)
+			}
+			h := up.Requests()[before].Header
+			for k, v := range h {
+				if strings.Contains(v, clientKey) || strings.Contains(v, token) || strings.Contains(v, "-client") {
+					t.Errorf("a client credential reached the target in %s", k)
+				}
+				if strings.Contains(k, "_") {
+					t.Errorf("%s reached the target", k)
+				}
+			}
+			if h["Authorization"] != "Bearer "+targetKey {
+				t.Errorf("the target did not get its own key as Authorization")
+			}
+			if h["X-Request-Id"] == "spoofed-id" || h["X-Failover-Attempt"] != "1" {
+				t.Errorf("X-Request-Id %q, X-Failover-Attempt %q: an underscore form was read as the sidecar's header", h["X-Request-Id"], h["X-Failover-Attempt"])
+			}
+		})
+	}
+	for _, secret := range []string{token, targetKey, clientKey} {
+		if strings.Contains(s.Log.String(), secret) {
+			t.Errorf("a credential (%d bytes) is in the log", len(secret))
+		}
+	}
+	if r, err := post(s, "/chat/completions", chatBody, "Authorization: Bearer "+token); err != nil || r.Status != 200 {
+		t.Fatalf("the sidecar no longer serves: %v %d", err, r.Status)
+	}
+}
+
+// TestStickyIgnoresTheUnderscoreForm: with FAILOVER_STRATEGY=sticky, X_Session_Id is not
+// X-Session-Id: sessions sent that way all go in declared order, as without the header.
+func TestStickyIgnoresTheUnderscoreForm(t *testing.T) {
+	a, b := upstream(t), upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=sticky"}, timeouts)...)
+	for i := range 16 {
+		req := "GET /v1/models HTTP/1.1\r\nHost: x\r\nX_Session_Id: session-" + itoa(i) + "\r\n\r\n"
+		if r := rawRoundTrip(s.Addr, []byte(req), 10*time.Second); r.status != 200 {
+			t.Fatalf("status %d err=%v", r.status, r.err)
+		}
+	}
+	if b.Calls() != 0 {
+		t.Errorf("%d of 16 sessions went to the second target: X_Session_Id was hashed as the sticky header", b.Calls())
+	}
+	if a.Calls() != 16 {
+		t.Errorf("the first target got %d of 16", a.Calls())
+	}
+}
+
+// TestUpgrades: the sidecar never switches protocols. An Upgrade request (WebSocket, h2c) is
+// forwarded as a plain request without Upgrade and the Connection options, answered as one,
+// and the connection serves the next request; CONNECT and the HTTP/2 preface are refused
+// (TestMalformedRequests).
+func TestUpgrades(t *testing.T) {
+	up, base := basedUpstream(t)
+	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
+	const next = "GET /v1/models?next HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct{ name, headers string }{
+		{"WebSocket", "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"},
+		{"h2c", "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n"},
+		{"Upgrade without Connection", "Upgrade: websocket\r\n"},
+		{"TLS upgrade", "Connection: Upgrade\r\nUpgrade: TLS/1.2\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.Calls()
+			a := rawParts(s.Addr, []string{"GET /v1/realtime HTTP/1.1\r\nHost: x\r\n" + tc.headers + "\r\n" + next}, 10*time.Second)
+			if a.status != 200 || a.next.status != 200 || up.Calls() != before+2 {
+				t.Fatalf("want 200, then the next request served; got %d, %d (err %v), %d upstream calls", a.status, a.next.status, a.err, up.Calls()-before)
+			}
+			h := up.Requests()[before].Header
+			for _, gone := range []string{"Upgrade", "Connection", "Http2-Settings"} {
+				if _, ok := h[gone]; ok {
+					t.Errorf("%s reached the target", gone)
+				}
+			}
+		})
+	}
+	t.Run("Expect: 100-continue", func(t *testing.T) {
+		a := rawParts(s.Addr, []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}"}, 10*time.Second)
+		if a.status != 100 || a.next.status != 200 {
+			t.Errorf("want 100 Continue, then the target's 200; got %d, %d (err %v)", a.status, a.next.status, a.err)
+		}
+		if h := up.Requests()[up.Calls()-1].Header; h["Expect"] != "" {
+			t.Errorf("Expect reached the target")
+		}
+	})
+	checkContained(t, up)
+}
+
+// TestHostileUpstreamAnswers: an answer whose framing or header block is broken is a failed
+// attempt: the sidecar transfers to the next target, and nothing of the broken answer reaches
+// the client. An upstream's own X-Failover-* headers, in any spelling, never do.
+func TestHostileUpstreamAnswers(t *testing.T) {
+	body := pt.ChatCompletion("from the broken target")
+	broken := func(header ...string) pt.Step {
+		// Delay: written by hand on the socket, header lines as they are.
+		return pt.Step{Header: append([]string{"Content-Type: application/json"}, header...), Body: body, Delay: time.Millisecond}
+	}
+	rows := []struct {
+		name string
+		step pt.Step
+	}{
+		{"two Content-Lengths", broken("Content-Length: 5")},
+		{"negative Content-Length", broken("Content-Length: -1")},
+		{"Content-Length and a chunked coding the body lacks", broken("Transfer-Encoding: chunked")},
+		{"unknown transfer coding", broken("Transfer-Encoding: gzip")},
+		{"identity transfer coding", broken("Transfer-Encoding: identity")},
+		{"space before a header colon", broken("Content-Length : 5")},
+		{"header line without a colon", broken("NoColonHere")},
+		{"NUL in a header value", broken("X-A: a\x00b")},
+		{"header block over the limit", broken("X-Big: " + strings.Repeat("a", 200<<10))},
+		{"100 Continue and nothing after it", pt.Step{Status: 100, Delay: time.Millisecond}},
+		{"not HTTP at all", pt.Step{Fault: pt.FaultGarbage}},
+	}
+	runConcurrently(t, rows, func(r struct {
+		name string
+		step pt.Step
+	}) string {
+		return r.name
+	}, func(t *testing.T, r struct {
+		name string
+		step pt.Step
+	}) {
+		bad, good := upstream(t, r.step), upstream(t)
+		s := start(t, env(targets(bad.URL, good.URL), timeouts)...)
+		resp, err := post(s, "/chat/completions", chatBody)
+		if err != nil || resp.Status != 200 || resp.Header.Get("X-Failover-Target") != "t1" || resp.Err != nil {
+			t.Fatalf("want a transfer to t1 and its 200; got err %v, status %d from %q", err, resp.Status, resp.Header.Get("X-Failover-Target"))
+		}
+		if bytes.Contains(resp.Body, []byte("broken target")) || resp.Header.Get("X-Big") != "" || resp.Header.Get("X-A") != "" {
+			t.Errorf("the broken answer reached the client")
+		}
+	})
+	t.Run("an upstream's X-Failover-* in any spelling", func(t *testing.T) {
+		up := upstream(t, broken("X-Failover-Target: spoof", "x-failover-attempts: spoof", "X_Failover_Model: spoof", "X-Kept: yes"))
+		s := start(t, env(targets(up.URL), timeouts)...)
+		resp, err := post(s, "/chat/completions", chatBody)
+		if err != nil || resp.Status != 200 || resp.Header.Get("X-Kept") != "yes" {
+			t.Fatalf("err %v, status %d", err, resp.Status)
+		}
+		for k, v := range resp.Header {
+			if strings.Contains(strings.Join(v, ","), "spoof") {
+				t.Errorf("the upstream's %s reached the client", k)
+			}
+		}
+	})
+}
