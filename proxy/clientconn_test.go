@@ -14,7 +14,7 @@ import (
 
 // loopbackPair returns both ends of a loopback TCP connection: the accepted one (accepted
 // through wrap's listener when wrap is set) and the dialled one. Both close when the test ends.
-func loopbackPair(t *testing.T, wrap func(net.Listener) net.Listener) (accepted, dialled net.Conn) {
+func loopbackPair(t testing.TB, wrap func(net.Listener) net.Listener) (accepted, dialled net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

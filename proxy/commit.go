@@ -231,6 +231,13 @@ type pipe struct {
 	head      []byte
 	tail      []byte // the final error event, once the stream is interrupted
 
+	// An SSE stream goes out in whole events (README, Streams): the start of an event whose
+	// blank line has not arrived is held in a buffer lent from holdBuffers while it holds
+	// bytes, and goes out with the event's end. An event that outgrows holdLimit goes out as
+	// it comes (passing) until it ends.
+	hold    *[]byte
+	passing bool
+
 	interrupted bool
 	cut         bool // the sidecar interrupted it (the shutdown timeout): no failure of the target's
 }
@@ -350,6 +357,18 @@ const streamWriteSize = 16 << 10
 // streamBuffers lend the buffer a stream's writes are framed in, for one write at a time.
 var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWriteSize+256); return &b }}
 
+// holdLimit bounds the start of an event a committed SSE stream holds back until the event's
+// end arrives (README, Streams). The largest events providers send are the Responses API's
+// last ones (response.output_text.done, response.completed), which repeat the whole answer
+// and echo the request's instructions: 64 KiB covers answers of several thousand tokens,
+// and is half of what the default peek holds per stream before commit. A larger event goes
+// out as it comes, as every event did before.
+const holdLimit = 64 << 10
+
+// holdBuffers lend the buffer that holds the start of an event, only while it holds one: a
+// stream waiting between events holds none.
+var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, upstreamBufferSize); return &b }}
+
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
 // the stream complete: README, Streams), or the client left (a write failed, or the client's
 // connection closed while the upstream was silent). Anything else was an interruption, which
@@ -357,7 +376,12 @@ var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWrite
 func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	ex := p.ex
 	c, body := ex.conn, &ex.body
-	if err := p.send(w, p.head, p.held, false); err != nil {
+	defer p.release()
+	whole := len(p.held)
+	if p.sse {
+		whole = ex.gate.HeldWhole()
+	}
+	if err := p.forward(w, p.head, p.held, whole); err != nil {
 		return false, true
 	}
 	p.held, p.a.body = nil, nil
@@ -390,10 +414,11 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 		if len(data) == 0 {
 			return p.finishBody(w, c.cause(err))
 		}
+		whole := len(data)
 		if p.sse {
-			ex.gate.Observe(data)
+			whole = ex.gate.Observe(data)
 		}
-		err = p.send(w, nil, data, false)
+		err = p.forward(w, nil, data, whole)
 		body.consume(len(data))
 		if err != nil {
 			return false, true
@@ -404,7 +429,9 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 // finishBody ends the stream after the upstream body ended with err: io.EOF once the stream is
 // complete (Gate.Finished: its terminal event or, for chat and other, the finish_reason or
 // ".done" event before the end) ends it cleanly; anything else is an interruption the client
-// must see.
+// must see. A body that ended inside an event did not complete the stream: the event's start,
+// held back, never goes out (while an event's start is held the gate is inside a record, and
+// a gate inside a record is not Finished for any family the sidecar reads as SSE).
 func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
 	case err == errClientGone:
@@ -425,7 +452,7 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	case p.sse && !p.ex.gate.Finished():
 		return p.interrupt(w, "the upstream ended the stream without its final event")
 	}
-	if err := p.send(w, nil, nil, true); err != nil {
+	if err := p.send(w, nil, true); err != nil {
 		return false, true
 	}
 	return true, false
@@ -433,41 +460,108 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 
 // interrupt writes the family's final error event (SSE) and leaves the body unterminated: the
 // connection is closed without the last chunk, so the client sees an error, never a clean end.
-// When the upstream's own error event already reached the client, that one is the final
-// event, however the upstream then failed (a reset, a stall): no second one is added.
+// The start of an event held back is dropped: the error event follows whole events (unless
+// an event too large to hold was going out). When the upstream's own error event already
+// reached the client, that one is the final event, however the upstream then failed (a
+// reset, a stall): no second one is added.
 func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 	p.interrupted = true
 	if p.sse && !p.ex.gate.Failed() {
 		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
-		if err := p.send(w, nil, p.tail, false); err != nil {
+		if err := p.send(w, nil, false, p.tail); err != nil {
 			return false, true
 		}
 	}
 	return false, false
 }
 
-// send writes pre as it is, then data framed as chunks (as it is without chunking), then the
-// last chunk when last is set, in one write unless data is larger than streamWriteSize.
-func (p *pipe) send(w net.Conn, pre, data []byte, last bool) error {
+// forward sends a read's bytes data, of which the first whole end between events (all of
+// them unless the read ended inside an SSE event: Gate.Observe), after pre. Whole events go
+// out now, after the held start of the event they complete; the start of an event whose end
+// has not arrived is held until it does, unless the event outgrows holdLimit. A read of whole
+// events with nothing held, the common case (providers write whole events), is sent from
+// where it was read.
+func (p *pipe) forward(w net.Conn, pre, data []byte, whole int) error {
+	if p.passing {
+		if whole == 0 {
+			return p.send(w, pre, false, data) // more of an event too large to hold
+		}
+		p.passing = false // it ended in data[:whole]
+	}
+	var held []byte
+	if p.hold != nil {
+		held = *p.hold
+	}
+	if whole == len(data) && held == nil {
+		return p.send(w, pre, false, data)
+	}
+	rest := data[whole:]
+	if len(rest) > holdLimit || whole == 0 && len(held)+len(data) > holdLimit {
+		// The event data ends inside is too large to hold: it goes out as it comes.
+		p.passing = true
+		err := p.send(w, pre, false, held, data)
+		p.release()
+		return err
+	}
+	var err error
+	if whole > 0 {
+		err = p.send(w, pre, false, held, data[:whole])
+		held = held[:0]
+	} else if pre != nil {
+		err = p.send(w, pre, false) // the headers: the replayed bytes are all an event's start
+	}
+	if len(held)+len(rest) == 0 {
+		p.release()
+		return err
+	}
+	if p.hold == nil {
+		p.hold = holdBuffers.Get().(*[]byte)
+		held = (*p.hold)[:0]
+	}
+	*p.hold = append(held, rest...)
+	return err
+}
+
+// release gives the buffer that held the start of an event back: what it held is dropped.
+func (p *pipe) release() {
+	if p.hold == nil {
+		return
+	}
+	if cap(*p.hold) <= 2*holdLimit {
+		*p.hold = (*p.hold)[:0]
+		holdBuffers.Put(p.hold)
+	}
+	p.hold = nil
+}
+
+// send writes pre as it is, then each of data framed as chunks (as it is without chunking),
+// then the last chunk when last is set, in one write unless data holds more than
+// streamWriteSize bytes.
+func (p *pipe) send(w net.Conn, pre []byte, last bool, data ...[]byte) error {
 	p.armWrite(w)
 	bp := streamBuffers.Get().(*[]byte)
 	b := append((*bp)[:0], pre...)
 	var err error
-	for len(data) > 0 {
-		n := min(len(data), streamWriteSize)
-		if p.chunked {
-			b = strconv.AppendInt(b, int64(n), 16)
-			b = append(b, "\r\n"...)
-		}
-		b = append(b, data[:n]...)
-		if p.chunked {
-			b = append(b, "\r\n"...)
-		}
-		if data = data[n:]; len(data) > 0 {
-			if _, err = w.Write(b); err != nil {
-				break
+	room := streamWriteSize // data bytes the buffer takes before it is written
+write:
+	for _, d := range data {
+		for len(d) > 0 {
+			if room == 0 {
+				if _, err = w.Write(b); err != nil {
+					break write
+				}
+				b, room = b[:0], streamWriteSize
 			}
-			b = b[:0]
+			n := min(len(d), room)
+			if p.chunked {
+				b = strconv.AppendInt(b, int64(n), 16)
+				b = append(b, "\r\n"...)
+			}
+			b = append(b, d[:n]...)
+			if p.chunked {
+				b = append(b, "\r\n"...)
+			}
+			d, room = d[n:], room-n
 		}
 	}
 	if last && p.chunked {

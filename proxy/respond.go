@@ -50,8 +50,9 @@ func appendErrorBody(dst []byte, f stream.Family, code, message string) []byte {
 }
 
 // appendInterruptedEvent appends the one final event a committed stream gets when it cannot
-// end cleanly, in the family's shape, preceded by a blank line so that it starts a new event
-// even if the upstream was cut in the middle of one.
+// end cleanly, in the family's shape. It follows whole events (the start of an event the
+// upstream was cut inside is not sent), except after the start of an event too large to hold
+// back (README, Streams): the blank line it opens with makes it a new event even then.
 func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte {
 	dst = append(dst, "\n\n"...)
 	switch f {

@@ -690,7 +690,7 @@ func TestStreamCleanEndAfterFinish(t *testing.T) {
 		{name: "chat: the finish chunk is the one that commits", path: "/chat/completions", body: streamBody, family: "chat",
 			step: pt.SSE(paced(chat[0], chat[3], chat[4])...), want: ok},
 		{name: "chat: finish_reason, then half a usage chunk", path: "/chat/completions", body: streamBody, family: "chat",
-			step: pt.SSE(paced(append(chat[:4:4], chat[4][:60])...)...), want: interrupted},
+			step: pt.SSE(paced(append(chat[:4:4], chat[4][:60])...)...), shown: chat[:4], want: interrupted}, // the half chunk is held back
 		{name: "chat: finish_reason, then a stall the sidecar ends", path: "/chat/completions", body: streamBody, family: "chat",
 			step:  pt.SSE(append(pt.Events(20*time.Millisecond, chat[:4]...), pt.Chunk{Data: chat[4], Delay: 3 * time.Second})...),
 			extra: []string{"FAILOVER_IDLE_TIMEOUT=300ms"}, shown: chat[:4], want: interrupted},

@@ -115,5 +115,33 @@ func FuzzGate(f *testing.F) {
 		if !bytes.HasPrefix(g.Held(), g.Events()) {
 			t.Fatal("Events() is not a prefix of Held()")
 		}
+		if len(in) == 0 || in[0] != bom[0] { // openRecord knows no byte-order mark
+			checkWhole(t, family, in, chunks)
+		}
 	})
+}
+
+// checkWhole checks HeldWhole on commit and Observe after it against openRecord: the bytes
+// that end between events, wherever the reads were cut (nothing is framed once the terminal
+// event went by: all of it counts as whole).
+func checkWhole(t *testing.T, family Family, in []byte, chunks [][]byte) {
+	var g Gate
+	open := openRecords(in)
+	for _, peek := range []int{0, 16, len(in)/2 + 1} {
+		g.Reset(family, peek)
+		d, sent, off := Hold, 0, 0
+		for _, c := range chunks {
+			if d != Commit {
+				if d = g.Feed(c); d == Commit {
+					sent = g.HeldWhole()
+				}
+			} else if whole := g.Observe(c); whole > 0 {
+				sent = off + whole
+			}
+			off += len(c)
+			if d == Commit && !g.finished && sent != open[off] {
+				t.Fatalf("%v, peek %d: after %d bytes, %d are whole; want %d", family, peek, off, sent, open[off])
+			}
+		}
+	}
 }

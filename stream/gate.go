@@ -75,6 +75,7 @@ type Gate struct {
 
 	held      []byte
 	eventsEnd int // len of the prefix of held made of classified events
+	wholeEnd  int // after Commit: len of the prefix of held that ends between events (HeldWhole)
 	fr        Framer
 
 	decided  bool // a decision other than Hold was returned
@@ -97,7 +98,7 @@ func (g *Gate) Reset(f Family, peekLimit int) {
 	g.family = f
 	g.peek = peekLimit
 	g.held = g.held[:0]
-	g.eventsEnd = 0
+	g.eventsEnd, g.wholeEnd = 0, 0
 	g.fr.Reset(0)
 	g.decided = false
 	g.decision = Hold
@@ -189,6 +190,12 @@ func (g *Gate) End() Decision {
 // replays byte for byte).
 func (g *Gate) Held() []byte { return g.held }
 
+// HeldWhole returns, after Commit, how many bytes of Held from its start end
+// between events: the bytes past it begin an event whose blank line has not
+// arrived (the read that decided can end inside the next event), which the
+// proxy holds back like any incomplete event after commit (Observe).
+func (g *Gate) HeldWhole() int { return g.wholeEnd }
+
 // Shed lets go of the held bytes' buffer when its capacity is above limit, once
 // the held bytes have been sent after Commit: a Gate that is reused keeps its
 // buffer, and one that held a large peek should not keep it for a long stream.
@@ -196,7 +203,7 @@ func (g *Gate) Held() []byte { return g.held }
 // affected. Before Commit it does nothing.
 func (g *Gate) Shed(limit int) {
 	if g.decided && g.decision == Commit && cap(g.held) > limit {
-		g.held, g.eventsEnd = nil, 0
+		g.held, g.eventsEnd, g.wholeEnd = nil, 0, 0
 	}
 }
 
@@ -215,15 +222,33 @@ func (g *Gate) Reason() CommitReason { return g.reason }
 
 // Observe watches a chunk piped to the client after Commit and records whether
 // the family's terminal event went by. It keeps at most tailCaptureLimit data
-// bytes per event, however large the event. Before Commit it does nothing.
-func (g *Gate) Observe(p []byte) {
+// bytes per event, however large the event.
+//
+// It returns how many bytes of p, from its start, end between events: all of p
+// when p ends between two events, else up to where the event p ends inside
+// begins (0 when it began before p). An SSE client acts on an event only at its
+// blank line, so the proxy sends the whole events now and holds the rest until
+// the event's end arrives. Once the terminal event went by nothing more is
+// framed, and all of p counts as whole. Before Commit it does nothing and
+// returns len(p).
+func (g *Gate) Observe(p []byte) (whole int) {
+	return max(g.observe(p), 0)
+}
+
+// observe is Observe, returning -1 when p ends inside an event that began before p.
+func (g *Gate) observe(p []byte) int {
 	if !g.decided || g.decision != Commit || g.finished {
-		return // nothing left to learn once the terminal event went by
+		return len(p) // nothing left to learn once the terminal event went by
 	}
-	for len(p) > 0 && !g.finished {
-		n, ok := g.fr.Next(p)
-		p = p[n:]
+	whole := -1 // where the last event in p ended
+	if !g.fr.inRecord() {
+		whole = 0
+	}
+	for off := 0; off < len(p) && !g.finished; {
+		n, ok := g.fr.Next(p[off:])
+		off += n
 		if ok {
+			whole = off
 			ev := g.fr.Event()
 			g.failed = g.failed || isErrorEvent(g.family, ev)
 			g.finished = isTerminal(g.family, ev)
@@ -232,6 +257,23 @@ func (g *Gate) Observe(p []byte) {
 			}
 		}
 	}
+	if g.finished || !g.fr.inRecord() {
+		return len(p)
+	}
+	if whole >= 0 {
+		whole = skipLineEnds(p, whole)
+	}
+	return whole
+}
+
+// skipLineEnds returns the index of the first byte of b from i on that is not a
+// line end: where the record after an event's end begins (blank lines, and the
+// LF of a CRLF whose CR ended the event, belong to no record).
+func skipLineEnds(b []byte, i int) int {
+	for i < len(b) && (b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // Failed reports whether an error event went by after Commit: the upstream failed after
@@ -286,7 +328,12 @@ func (g *Gate) commit(r CommitReason, from int) Decision {
 	g.finished = r == ReasonContent && isTerminal(g.family, g.fr.Event())
 	g.fr.setLimit(tailCaptureLimit)
 	g.decide(Commit)
-	g.Observe(g.held[from:])
+	if w := g.observe(g.held[from:]); w >= 0 {
+		g.wholeEnd = from + w
+	} else {
+		// The record open at the peek limit began after the last event within it.
+		g.wholeEnd = skipLineEnds(g.held, g.eventsEnd)
+	}
 	return Commit
 }
 

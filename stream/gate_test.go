@@ -1113,3 +1113,110 @@ func TestGateShed(t *testing.T) {
 		t.Fatalf("after reuse: %v, held %q", d, g.Held())
 	}
 }
+
+// openRecords returns, for each e from 0 to len(in), where the record that in[:e] ends inside
+// begins (its first line; blank lines and line ends before it belong to no record), or e when
+// in[:e] ends between records. A reference for Observe and HeldWhole, written from the
+// event-stream grammar: LF, CRLF or lone CR line ends, a record ended by a blank line. (No
+// leading byte-order mark.)
+func openRecords(in []byte) []int {
+	open := make([]int, len(in)+1)
+	start := -1 // where the open record began; -1: none
+	lineHas, afterCR := false, false
+	for e := 0; ; e++ {
+		open[e] = e
+		if start >= 0 {
+			open[e] = start
+		}
+		if e == len(in) {
+			return open
+		}
+		switch c := in[e]; {
+		case c == '\n' && afterCR: // the LF of a CRLF
+			afterCR = false
+		case c == '\r' || c == '\n':
+			if !lineHas {
+				start = -1 // a blank line ends the record
+			}
+			lineHas, afterCR = false, c == '\r'
+		default:
+			if start < 0 {
+				start = e
+			}
+			lineHas, afterCR = true, false
+		}
+	}
+}
+
+// openRecord is openRecords(in)[len(in)].
+func openRecord(in []byte) int { return openRecords(in)[len(in)] }
+
+// Observe reports which bytes of each read end between events, however the stream is cut
+// into reads and whatever its line ends: after each read, the bytes sent so far (each read's
+// whole prefix, after what was held) are the stream up to the start of the record it ends
+// inside.
+func TestGateObserveWhole(t *testing.T) {
+	for _, ts := range terminalStreams {
+		in := fixture(t, ts.family, ts.file)
+		for _, v := range lineEndVariants(in) {
+			for _, size := range []int{1, 2, 3, 5, 7, 16, 64, 1000} {
+				var g Gate
+				g.Reset(ts.family, 0) // commits at headers
+				g.Feed(nil)
+				sent, off, open := 0, 0, openRecords(v.data)
+				for _, c := range chunked(v.data, size) {
+					whole := g.Observe(c)
+					if whole < 0 || whole > len(c) {
+						t.Fatalf("%s/%s %s, %d-byte reads: whole %d of a %d-byte read", ts.family, ts.file, v.name, size, whole, len(c))
+					}
+					if whole > 0 {
+						sent = off + whole
+					}
+					off += len(c)
+					if want := open[off]; sent != want {
+						t.Fatalf("%s/%s %s, %d-byte reads: after %d bytes, %d are whole; want %d", ts.family, ts.file, v.name, size, off, sent, want)
+					}
+				}
+			}
+		}
+	}
+	// Once the terminal event went by, nothing is framed: a read is whole.
+	var g Gate
+	g.Reset(Chat, 0)
+	g.Feed(nil)
+	read := []byte("data: [DONE]\n\ndata: {\"late")
+	if w := g.Observe(read); w != len(read) || !g.Finished() {
+		t.Fatalf("after [DONE]: whole %d, finished %v; want the whole read", w, g.Finished())
+	}
+}
+
+// HeldWhole is where the held bytes stop being whole events on commit: the read that decided
+// may end inside the next event, also when the peek limit decided inside an event.
+func TestGateHeldWhole(t *testing.T) {
+	for _, ts := range terminalStreams {
+		in := fixture(t, ts.family, ts.file)
+		for _, v := range lineEndVariants(in) {
+			for _, peek := range []int{bigPeek, 100, 333, 1000} {
+				for _, size := range []int{7, 64, 1000, len(v.data)} {
+					var g Gate
+					g.Reset(ts.family, peek)
+					for _, c := range chunked(v.data, size) {
+						d := g.Feed(c)
+						if d == Hold {
+							continue
+						}
+						want := openRecord(g.Held())
+						if g.finished {
+							want = len(g.Held()) // nothing is framed past the terminal event
+						}
+						if d == Commit && g.HeldWhole() != want {
+							t.Fatalf("%s/%s %s, peek %d, %d-byte reads: %d of %d held bytes whole, want %d",
+								ts.family, ts.file, v.name, peek, size, g.HeldWhole(), len(g.Held()), want)
+						}
+						break
+					}
+				}
+			}
+		}
+	}
+}

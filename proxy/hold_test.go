@@ -1,0 +1,116 @@
+package proxy
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llm-failover/failover/stream"
+)
+
+// A committed SSE stream holds the start of an event back in a buffer lent only while it holds
+// one (README, Streams): a stream waiting between events holds none, and holding and sending
+// an event that came in two reads allocates nothing once the pool has a buffer.
+func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
+	w, peer := loopbackPair(t, nil)
+	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}}
+	ex.gate.Reset(stream.Chat, 0) // commits at headers
+	ex.gate.Feed(nil)
+	p := &pipe{ex: ex, sse: true}
+	received := func(n int) string {
+		t.Helper()
+		b := make([]byte, n)
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := io.ReadFull(peer, b); err != nil {
+			t.Fatalf("reading %d bytes: %v", n, err)
+		}
+		return string(b)
+	}
+	read := func(data string) {
+		t.Helper()
+		d := []byte(data)
+		if err := p.forward(w, nil, d, ex.gate.Observe(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const a, b = "data: {\"a\":1}\n\n", "data: {\"b\":2}\n\n"
+
+	read(a + b[:9])
+	if s := received(len(a)); s != a || p.hold == nil || string(*p.hold) != b[:9] {
+		t.Fatalf("sent %q, holding %v; want the whole event sent and the next one's start held", s, p.hold)
+	}
+	read(b[9:])
+	if s := received(len(b)); s != b || p.hold != nil {
+		t.Fatalf("sent %q; want the held start and its end, and the buffer given back", s)
+	}
+
+	// An event larger than holdLimit goes out as it comes, its end too.
+	big := "data: \"" + strings.Repeat("x", holdLimit) + "\"\n\n"
+	read(big[:holdLimit/2])
+	if p.hold == nil {
+		t.Fatal("half of the large event was not held")
+	}
+	read(big[holdLimit/2 : holdLimit+8])
+	if s := received(holdLimit + 8); s != big[:holdLimit+8] || p.hold != nil || !p.passing {
+		t.Fatal("the event past holdLimit was not sent as it came")
+	}
+	read(big[holdLimit+8:] + a[:3])
+	if s := received(len(big) - holdLimit - 8); s != big[holdLimit+8:] || p.passing || p.hold == nil || string(*p.hold) != a[:3] {
+		t.Fatalf("after the large event: sent %q, passing %v; want its end sent and the next event's start held", s, p.passing)
+	}
+	p.release()
+	if raceEnabled {
+		return // allocation counts are not meaningful under the race detector
+	}
+
+	go io.Copy(io.Discard, peer) //nolint:errcheck // ends when the test closes the connection
+	first, second := []byte(a+b[:9]), []byte(b[9:])
+	allocs := testing.AllocsPerRun(100, func() {
+		p.forward(w, nil, first, ex.gate.Observe(first))   //nolint:errcheck // the peer reads all
+		p.forward(w, nil, second, ex.gate.Observe(second)) //nolint:errcheck
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per event held and sent, want 0", allocs)
+	}
+	if p.hold != nil {
+		t.Fatal("a buffer is still lent between events")
+	}
+}
+
+// BenchmarkPipeForward sends a committed chat stream's events to a loopback socket as the pipe
+// does after commit: one read per event (the common case, sent from where it was read), or
+// each event in two reads (its start held back, then sent with its end).
+//
+//	go test -run xxx -bench PipeForward -benchmem ./proxy
+func BenchmarkPipeForward(b *testing.B) {
+	for _, split := range []bool{false, true} {
+		name := map[bool]string{false: "whole", true: "split"}[split]
+		b.Run(name, func(b *testing.B) {
+			w, peer := loopbackPair(b, nil)
+			go io.Copy(io.Discard, peer) //nolint:errcheck // ends when the benchmark closes the connection
+			ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}}
+			p := &pipe{ex: ex, sse: true, chunked: true}
+			var reads [][]byte
+			for range 20 {
+				ev := []byte(`data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}` + "\n\n")
+				if split {
+					reads = append(reads, ev[:len(ev)/2], ev[len(ev)/2:])
+				} else {
+					reads = append(reads, ev)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				ex.gate.Reset(stream.Chat, 0)
+				ex.gate.Feed(nil)
+				for _, r := range reads {
+					if err := p.forward(w, nil, r, ex.gate.Observe(r)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*20), "ns/event")
+		})
+	}
+}
