@@ -142,9 +142,10 @@ func tail(b []byte, n int) []byte {
 }
 
 // benchPolicy keeps a failing first target failing on every request of a benchmark: no
-// ejection (it would be skipped after five failures) and no retry budget (transfers past it
-// would stop).
-var benchPolicy = []string{"FAILOVER_EJECT_AFTER=0", "FAILOVER_RETRY_BUDGET_RATIO=0", "FAILOVER_LOG_LEVEL=info"}
+// ejection (it would be skipped after five failures), no retry budget (transfers past it
+// would stop), and one attempt per target (one-transfer measures a transfer, not a retry
+// with its backoff).
+var benchPolicy = []string{"FAILOVER_EJECT_AFTER=0", "FAILOVER_RETRY_BUDGET_RATIO=0", "FAILOVER_LOG_LEVEL=info", "FAILOVER_SAME_TARGET_RETRIES=0"}
 
 func BenchmarkProxy(b *testing.B) {
 	completion, sse := benchCompletion(benchCompletionSize), benchSSE()
