@@ -14,21 +14,22 @@ import (
 
 // Sidecar error codes.
 const (
-	codeNoTarget        = "no_target"
-	codeUnreachable     = "upstream_unreachable"
-	codeTimeout         = "upstream_timeout"
-	codeTooLarge        = "request_too_large"
-	codeUnauthorized    = "unauthorized"
-	codeOverloaded      = "overloaded"
-	codeEmptyResponse   = "empty_response"
-	codeNoChoices       = "no_choices"
-	codeBadResponse     = "bad_response"
-	codeStreamError     = "upstream_stream_error"
-	codeInterrupted     = "stream_interrupted"
-	codeNotFound        = "not_found"
-	codeHeadersTooLarge = "headers_too_large"
-	codeShuttingDown    = "shutting_down"
-	codeBadRequest      = "bad_request"
+	codeNoTarget         = "no_target"
+	codeUnreachable      = "upstream_unreachable"
+	codeTimeout          = "upstream_timeout"
+	codeTooLarge         = "request_too_large"
+	codeUnauthorized     = "unauthorized"
+	codeOverloaded       = "overloaded"
+	codeEmptyResponse    = "empty_response"
+	codeNoChoices        = "no_choices"
+	codeBadResponse      = "bad_response"
+	codeStreamError      = "upstream_stream_error"
+	codeInterrupted      = "stream_interrupted"
+	codeNotFound         = "not_found"
+	codeHeadersTooLarge  = "headers_too_large"
+	codeShuttingDown     = "shutting_down"
+	codeBadRequest       = "bad_request"
+	codeMethodNotAllowed = "method_not_allowed"
 )
 
 // appendErrorBody appends a family-shaped error document. The Anthropic shape carries the

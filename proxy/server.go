@@ -316,6 +316,11 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 		ex.reject(fasthttp.StatusBadRequest, codeBadRequest, "malformed HTTP request: a Transfer-Encoding other than chunked")
 	case !bytes.HasPrefix(path, prefixV1):
 		ex.reject(fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
+	case ctx.IsTrace() || ctx.IsConnect():
+		// No LLM API takes them. A TRACE that a target echoes would hand the client the
+		// target's own key, which the sidecar added to the request (README, Errors).
+		ctx.Response.Header.Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		ex.reject(fasthttp.StatusMethodNotAllowed, codeMethodNotAllowed, "TRACE and CONNECT are not proxied")
 	case s.closing.Load():
 		ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 	case s.cfg.Server.MaxInflight > 0 && inflight > int64(s.cfg.Server.MaxInflight):

@@ -1011,6 +1011,15 @@ func TestUpgrades(t *testing.T) {
 			}
 		})
 	}
+	for _, method := range []string{"TRACE", "CONNECT"} {
+		t.Run(method+" under /v1 is refused, never forwarded", func(t *testing.T) {
+			before := up.Calls()
+			a := rawParts(s.Addr, []string{method + " /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-client\r\n\r\n" + next}, 10*time.Second)
+			if a.status != 405 || a.next.status != 200 || up.Calls() != before+1 {
+				t.Fatalf("want 405, then the next request served; got %d, %d (err %v), %d upstream calls", a.status, a.next.status, a.err, up.Calls()-before)
+			}
+		})
+	}
 	t.Run("Expect: 100-continue", func(t *testing.T) {
 		a := rawParts(s.Addr, []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}"}, 10*time.Second)
 		if a.status != 100 || a.next.status != 200 {
