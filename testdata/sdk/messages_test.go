@@ -1,0 +1,134 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+// Messages with anthropic-sdk-go, streamed through client.Messages.NewStreaming and
+// Message.Accumulate, as the SDK's README shows.
+func TestMessages(t *testing.T) {
+	overloaded := pt.AnthropicStreamError("overloaded_error", "Overloaded")
+	play(t, anthropicGo, []conversation{
+		{
+			name:    "a whole stream",
+			targets: [][]pt.Step{{messagesStream("t0")}},
+			text:    "Hello from t0",
+			seen:    []string{"msg_t0"},
+		},
+		{
+			name:    "an overloaded_error event before content transfers",
+			targets: [][]pt.Step{{messagesEvents("t0", pt.AnthropicStream(0)[0].Data, overloaded)}, {messagesStream("t1")}},
+			text:    "Hello from t1",
+			seen:    []string{"msg_t1"},
+		},
+		{
+			name:    "a 529 transfers",
+			targets: [][]pt.Step{{pt.Overloaded()}, {messagesStream("t1")}},
+			text:    "Hello from t1",
+			seen:    []string{"msg_t1"},
+		},
+		{
+			// README, "When a stream is cut after output began": the whole events reach the
+			// app, then the sidecar's final event, which anthropic-sdk-go raises from
+			// stream.Err() with the stream's status, 200.
+			name:    "a cut inside an event after content",
+			targets: [][]pt.Step{{cutAfter(messagesStream("t0"), `"text":" from"`)}, {}},
+			text:    "Hello",
+			seen:    []string{"msg_t0"},
+			err:     &errorObject{status: 200, typ: "api_error", code: "stream_interrupted"},
+		},
+	})
+}
+
+// messagesStream is a whole Messages stream from the target who: "Hello from <who>", in a
+// message with the id msg_<who>.
+func messagesStream(who string) pt.Step {
+	return relabel(pt.SSE(pt.AnthropicStream(0, "Hello", " from", " "+who)...), "msg_test", "msg_"+who)
+}
+
+// messagesEvents is a Messages stream of these events from the target who, its message
+// carrying the id msg_<who>.
+func messagesEvents(who string, events ...string) pt.Step {
+	return relabel(pt.SSE(pt.Events(0, events...)...), "msg_test", "msg_"+who)
+}
+
+var anthropicGo = client{run: runMessages, errorObject: messagesErrorObject}
+
+func runMessages(t *testing.T, addr string, single bool) (string, []string, error) {
+	c := anthropic.NewClient(option.WithBaseURL("http://"+addr+"/"), option.WithAPIKey(dummyKey),
+		option.WithMaxRetries(0)) // the sidecar, not the SDK, must recover
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	params := anthropic.MessageNewParams{
+		Model:     "claude-test",
+		MaxTokens: 64,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello"))},
+	}
+	if single {
+		msg, err := c.Messages.New(ctx, params)
+		if err != nil {
+			return "", nil, err
+		}
+		return messageText(msg), []string{msg.ID}, nil
+	}
+
+	stream := c.Messages.NewStreaming(ctx, params)
+	defer stream.Close()
+	var msg anthropic.Message
+	var seen []string
+	for stream.Next() {
+		event := stream.Current()
+		if event.Type == "message_start" && (len(seen) == 0 || seen[len(seen)-1] != event.Message.ID) {
+			seen = append(seen, event.Message.ID)
+		}
+		if err := msg.Accumulate(event); err != nil {
+			t.Errorf("the message did not accumulate a %s event: %v", event.Type, err)
+		}
+	}
+	return messageText(&msg), seen, stream.Err()
+}
+
+// messageText joins the message's text blocks.
+func messageText(msg *anthropic.Message) string {
+	text := ""
+	for _, block := range msg.Content {
+		if block.Type == "text" {
+			text += block.Text
+		}
+	}
+	return text
+}
+
+// messagesErrorObject reads anthropic-sdk-go's errors. README's row (When a stream is cut after
+// output began): stream.Err() is an *anthropic.Error with StatusCode 200 (the stream's status)
+// and Type() the event's error type, and the event is its RawJSON().
+func messagesErrorObject(err error) (obj errorObject, ok bool, shape []string) {
+	var ae *anthropic.Error
+	if !errors.As(err, &ae) {
+		return obj, false, nil
+	}
+	var doc struct {
+		Type  string
+		Error struct{ Type, Code string } `json:"error"`
+	}
+	if json.Unmarshal([]byte(ae.RawJSON()), &doc) != nil {
+		return obj, false, nil
+	}
+	if doc.Type != "error" {
+		shape = append(shape, fmt.Sprintf("RawJSON() has the type %q, not an error event's", doc.Type))
+	}
+	if string(ae.Type()) != doc.Error.Type {
+		shape = append(shape, fmt.Sprintf("Type() is %q, RawJSON() has %q", ae.Type(), doc.Error.Type))
+	}
+	return errorObject{status: ae.StatusCode, typ: doc.Error.Type, code: doc.Error.Code}, true, shape
+}
