@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
 	"io"
 
 	"github.com/valyala/fasthttp"
@@ -14,9 +13,6 @@ import (
 // connection's buffer, and a committed stream writes them to the client from there. It also
 // means a committed stream that waits for its next event holds no read buffer at all
 // (upConn.releaseReader), which is most of what an idle stream used to cost.
-
-// errBrokenChunk is a chunked body whose framing is not HTTP/1.1's: the connection is unusable.
-var errBrokenChunk = errors.New("malformed chunked body from the upstream")
 
 type bodyMode uint8
 

@@ -607,12 +607,6 @@ const maxCopiedBody = 32 << 10
 // requestBuffers lend writeRequest the buffer a request is assembled in, for one write.
 var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxCopiedBody+4<<10); return &b }}
 
-// errClientGone is the error of a wait cut short because the client disconnected.
-var errClientGone = errors.New("client went away")
-
-// errDeadline is the error of a wait that reached its deadline.
-var errDeadline = errors.New("deadline reached")
-
 func isTimeout(err error) bool {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
