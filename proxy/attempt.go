@@ -36,9 +36,19 @@ type attempt struct {
 	cut           bool // the shutdown timeout ended the attempt's wait: nothing is known of the target
 }
 
-// run is the attempt loop: candidates, attempts, verdicts (SPEC sections 4 and 5).
+// run is the attempt loop, the one place where a request's attempts are decided (README, How
+// it decides): it lists the candidates, makes one attempt at a time, has classify judge each
+// outcome and executes the verdict: commit, retry on the same target, transfer to the next
+// candidate, or stop with the answer the client gets.
+//
+// A probe the sweep hands out (README, Health) is held in ex.lease and ends exactly once: the
+// attempt's verdict ends it in applyHealth (a health report, or a release when the outcome
+// says nothing of the target), and whatever is still held when run returns (the shutdown
+// timeout cut the loop short, a budget refused the transfer a candidate was leased for) is
+// released by the defer below, whatever path the loop took.
 func (ex *exchange) run() {
 	s := ex.srv
+	defer ex.lease.release()
 	now := s.clock.Now()
 	ex.selectCandidates(now)
 	if len(ex.cands) == 0 {
@@ -48,18 +58,13 @@ func (ex *exchange) run() {
 	s.retries.Request(now)
 	ex.budget.Reset(&s.cfg.Budget)
 	ex.sweep.Reset(len(ex.cands))
-	pos, probe, ok := ex.sweep.Next(now, ex.healthAt)
-	if !ok {
+	t := ex.nextCandidate(nil, classify.Verdict{})
+	if t == nil {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
 		return
 	}
-	t := s.targets[ex.cands[pos]]
-	ex.probe = probe
 	for n := 1; ; n++ {
 		if s.abort.Load() {
-			if ex.probe {
-				t.health.Release() // the probe this request held told nothing
-			}
 			ex.closeConn()
 			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 			return
@@ -70,11 +75,8 @@ func (ex *exchange) run() {
 		ex.do(a)
 		if a.cut {
 			// The sidecar, not the target, ended this attempt: like a client leaving, it has no
-			// health effect and is no failure to recover from; the loop's first check answers.
-			if ex.probe {
-				t.health.Release()
-				ex.probe = false // released once: the loop's first check must not release it again
-			}
+			// health effect and is no failure to recover from; the loop's first check answers
+			// (and the probe, if this was one, told nothing: the defer gives it back).
 			ex.record(a, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
 			continue
 		}
@@ -83,7 +85,7 @@ func (ex *exchange) run() {
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
 			// A probe is not retried on the same target: one failed attempt tells enough, and the
 			// request goes on to a target that works (README, Health).
-			RetriesLeft: ex.budget.RetryAllowed(t.retries) && !ex.probe, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			RetriesLeft: ex.budget.RetryAllowed(t.retries) && !ex.lease.held(), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
 			ClientGone: ex.gone, NoBody: ex.head || a.status == fasthttp.StatusNoContent || a.status == fasthttp.StatusNotModified,
 		}
 		v := s.policy.Decide(&o)
@@ -94,26 +96,18 @@ func (ex *exchange) run() {
 			o.ClientGone = true
 			v = s.policy.Decide(&o)
 		}
-		ex.applyHealth(a, v)
+		ex.applyHealth(a, v) // ends this attempt's probe lease, if it held one
 		// A transfer's next candidate is looked up before the budgets are asked: with none
 		// left the sweep ends here, exhausted whatever the budgets say, and no retry-budget
 		// token goes to a transfer that cannot happen.
-		exhausted, looked := false, false
+		var next *Target
+		exhausted := false
 		if v.Action == classify.ActionTransfer {
-			pos, probe, ok = ex.nextCandidate(t, v)
-			exhausted, looked = !ok, true
+			next = ex.nextCandidate(t, v)
+			exhausted = next == nil
 		}
 		if !exhausted && (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) {
-			v = ex.limit(a, v, func() bool {
-				// A retry whose backoff no longer fits became a transfer: its candidate too is
-				// looked up before the retry budget is asked.
-				pos, probe, ok = ex.nextCandidate(t, v)
-				looked = true
-				return ok
-			})
-			if v.Action != classify.ActionTransfer && looked && ok && probe {
-				s.targets[ex.cands[pos]].health.Release() // a budget stopped the sweep: the probe goes unused
-			}
+			v, next = ex.limit(a, v, next)
 		}
 		if exhausted {
 			v = classify.NoCandidate(v, false)
@@ -140,11 +134,42 @@ func (ex *exchange) run() {
 			}
 			// A wait the shutdown timeout cut short goes round once more: the loop's first
 			// check answers 503, as for any request still waiting (the client is still there).
-			ex.probe = false
 			continue
 		}
 		ex.closeConn()
-		t, ex.probe = s.targets[ex.cands[pos]], probe
+		t = next // a transfer: limit let it happen, so its candidate was found
+	}
+}
+
+// probeLease is the probe of one target that the sweep handed this request: the target is
+// ejected, its ejection has run out, and this request alone may try it (budget.Health.Available
+// gave probe=true). The request must end the probe exactly once, or the target is skipped by
+// every request for ever: a health report (Success, Failure, SilentFailure, Eject) ends it,
+// and Release gives it back when the request learnt nothing. The zero lease holds nothing.
+// Part of the exchange: not safe for concurrent use.
+type probeLease struct {
+	h *budget.Health // nil: no probe held
+}
+
+// take holds the probe of the target whose health is h. A lease still held is released
+// first: a request holds at most one probe, and none is ever dropped unreleased.
+func (l *probeLease) take(h *budget.Health) {
+	l.release()
+	l.h = h
+}
+
+// held reports whether the lease holds a probe.
+func (l *probeLease) held() bool { return l.h != nil }
+
+// reported records that a health report on the leased target ended the probe.
+func (l *probeLease) reported() { l.h = nil }
+
+// release gives the probe back without a health effect. Safe to call twice, and on a lease
+// that holds nothing: only the first call after take releases.
+func (l *probeLease) release() {
+	if l.h != nil {
+		l.h.Release()
+		l.h = nil
 	}
 }
 
@@ -164,15 +189,27 @@ func (ex *exchange) usableLeft(now time.Time) bool {
 	return false
 }
 
-// nextCandidate finds the candidate a transfer from target from goes to. A verdict that wants
-// another model (a context-window error) passes over the candidates that would send the
-// model from sent (README, The decision order, rule 5b).
-func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) (pos int, probe, ok bool) {
+// nextCandidate finds the candidate the first attempt (from nil) or a transfer from target
+// from goes to, or nil when none is left; a candidate handed out as its target's probe is
+// leased (ex.lease). A verdict that wants another model (a context-window error) passes over
+// the candidates that would send the model from sent (README, The decision order, rule 5b).
+func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) *Target {
+	var pos int
+	var probe, ok bool
 	if !v.NewModel {
-		return ex.sweep.Next(ex.srv.clock.Now(), ex.healthAt)
+		pos, probe, ok = ex.sweep.Next(ex.srv.clock.Now(), ex.healthAt)
+	} else {
+		ex.modelFrom = from
+		pos, probe, ok = ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, ex.acceptFn)
 	}
-	ex.modelFrom = from
-	return ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, ex.acceptFn)
+	if !ok {
+		return nil
+	}
+	t := ex.srv.targets[ex.cands[pos]]
+	if probe {
+		ex.lease.take(t.health)
+	}
+	return t
 }
 
 // sendsOtherModel reports whether the candidate at pos would send a different model than
@@ -220,10 +257,12 @@ func (ex *exchange) selectCandidates(now time.Time) {
 }
 
 // limit measures the budgets for a verdict that wants a retry or a transfer and lets classify
-// apply them. It logs the budget events of SPEC section 8. When the budgets turn a retry into
-// a transfer, next looks up its candidate; with none left the sweep ends there, before the
-// retry budget is asked, so that no token goes to a transfer that cannot happen.
-func (ex *exchange) limit(a *attempt, v classify.Verdict, next func() bool) classify.Verdict {
+// apply them. It logs the budget events of SPEC section 8. next is a transfer's candidate,
+// which run looked up; when the budgets turn a retry into a transfer, limit looks up its
+// candidate, and with none left the sweep ends there, before the retry budget is asked, so
+// that no token goes to a transfer that cannot happen. It returns the limited verdict and,
+// for a transfer, its candidate.
+func (ex *exchange) limit(a *attempt, v classify.Verdict, next *Target) (classify.Verdict, *Target) {
 	s := ex.srv
 	b := &s.cfg.Budget
 	now := s.clock.Now()
@@ -239,12 +278,16 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict, next func() bool) clas
 		TargetOut:     v.Action == classify.ActionRetry && !a.t.health.Usable(now) && ex.usableLeft(now),
 	}
 	limited := classify.Limit(v, al)
-	if v.Action == classify.ActionRetry && limited.Action == classify.ActionTransfer && !next() {
-		// Ended by FAILOVER_MAX_ELAPSED when that budget refused the retry; a retry refused
-		// because the target was taken out has simply run out of candidates.
-		limited = classify.NoCandidate(limited, !al.RetryFits)
-		ex.reportLimit(a, limited.Reason, now)
-		return limited
+	if v.Action == classify.ActionRetry && limited.Action == classify.ActionTransfer {
+		// A retry whose backoff no longer fits became a transfer: its candidate too is looked
+		// up before the retry budget is asked.
+		if next = ex.nextCandidate(a.t, v); next == nil {
+			// Ended by FAILOVER_MAX_ELAPSED when that budget refused the retry; a retry refused
+			// because the target was taken out has simply run out of candidates.
+			limited = classify.NoCandidate(limited, !al.RetryFits)
+			ex.reportLimit(a, limited.Reason, now)
+			return limited, nil
+		}
 	}
 	if limited.Action == classify.ActionRetry || limited.Action == classify.ActionTransfer {
 		if !s.retries.Withdraw(now) {
@@ -257,7 +300,7 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict, next func() bool) clas
 		s.metrics.budgetExhausted[budgetTargetRetry].Inc()
 		ex.event(slog.LevelInfo, "target_transfer_limit_reached", a, slog.Int("retries", ex.budget.RetriesOnTarget()))
 	}
-	return limited
+	return limited, next
 }
 
 // reportLimit counts and logs a budget that stopped the sweep (reason is the verdict's; any
@@ -279,7 +322,8 @@ func (ex *exchange) reportLimit(a *attempt, reason classify.Reason, now time.Tim
 	}
 }
 
-// applyHealth executes the verdict's health effect on the target.
+// applyHealth executes the verdict's health effect on the target, and so ends the probe lease
+// the attempt held, if any.
 func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	s, t := ex.srv, a.t
 	now := s.clock.Now()
@@ -303,12 +347,14 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 		if d := t.health.Eject(now); d > 0 {
 			ex.ejected(a, d, v.Reason.String())
 		}
-	default:
-		if ex.probe {
-			t.health.Release()
-		}
 	}
-	ex.probe = false
+	// Each report above ends a probe the attempt held (budget.Health); an outcome that says
+	// nothing of the target gives it back.
+	if v.Health == classify.HealthNone {
+		ex.lease.release()
+	} else {
+		ex.lease.reported()
+	}
 	if a.status != 0 && a.kind != classify.KindTransport {
 		// For least-latency an answer the sweep cannot use (it counts against the target, or
 		// it is retried or transferred from) is a slow sample, as an attempt without an answer

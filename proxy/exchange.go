@@ -42,7 +42,7 @@ type exchange struct {
 	budget   budget.Request
 	ledger   Ledger
 	cur      attempt
-	probe    bool // the current target was handed out as its probe
+	lease    probeLease // the probe the current attempt's target (or a transfer's next) was handed out as
 
 	// The current attempt's upstream exchange.
 	upHead   []byte // the upstream request's head, built by buildRequest
