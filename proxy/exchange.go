@@ -12,10 +12,28 @@ import (
 	"github.com/llm-failover/failover/stream"
 )
 
-// exchange is one client request on its way through the attempt loop, with every buffer it
-// needs. Exchanges are pooled: a request allocates nothing of its own in the steady state.
-// It is owned by one handler call and, once a stream commits, by fasthttp's response writer
-// until pipe.CloseWithError releases it. Not safe for concurrent use.
+// exchange is one client request on its way through the sidecar, with every buffer it needs.
+// Exchanges are pooled (Server.pool): a request allocates nothing of its own in the steady
+// state. Not safe for concurrent use: one goroutine owns an exchange at a time.
+//
+// Its lifetime, from begin to finish, passes ownership on once at most:
+//
+//  1. The handler (Server.serveProxy, Server.serveError) takes it from the pool, calls begin,
+//     and owns it while it runs: the attempt loop (run), its waits, and the answer.
+//  2. When the answer is written by fasthttp (a held response, a sidecar error), the handler
+//     ends it itself (handlerDone calls finish) before returning: finish puts the exchange back
+//     in the pool, and nothing reads it after that.
+//  3. When the answer is piped (startStream: an SSE stream, an image, a body past the response
+//     buffer), committedStream is set and the client connection hijacked; handlerDone leaves
+//     the exchange alone. After the handler returns, fasthttp calls hijacked on a goroutine of
+//     its own, which drops ctx and starts the stream goroutine (serveStream): from then on
+//     that goroutine owns the exchange, and pipe.end calls finish. serveStream reads nothing of
+//     the exchange after that.
+//
+// ctx, and the client's body (reqBody, upBody) with it, is valid only while the handler runs.
+// The one other goroutine that touches an exchange is a watch (upstream.go), which asks
+// clientGone on the owner's behalf while the owner is blocked in a dial or a request write:
+// see clientGone.
 type exchange struct {
 	srv *Server
 	ctx *fasthttp.RequestCtx
@@ -62,7 +80,7 @@ type exchange struct {
 	servedBy        *Target
 	servedModel     []byte
 	duration        time.Duration
-	committedStream bool
+	committedStream bool // the answer is piped: the stream goroutine owns the exchange and finishes it
 	pipe            pipe
 
 	clientFD int // the client's socket, -2 until looked up
@@ -125,15 +143,27 @@ func validRequestID(id []byte) bool {
 	return true
 }
 
-// hijacked runs in the goroutine fasthttp starts for a hijacked connection: it hands the
-// stream to a goroutine of its own and returns, so fasthttp releases the request context (and
-// the client's request body) now rather than when the stream ends.
+// handlerDone is the handler's last word on the exchange: it finishes a request whose answer
+// fasthttp writes, and leaves one whose answer is piped to the stream goroutine, which owns it
+// from the hijack on (see exchange).
+func (ex *exchange) handlerDone() {
+	if !ex.committedStream {
+		ex.finish()
+	}
+}
+
+// hijacked runs in the goroutine fasthttp starts for a hijacked connection, after the handler
+// returned: it hands the exchange to a stream goroutine of its own and returns, so fasthttp
+// releases the request context (and the client's request body) now rather than when the
+// stream ends.
 func (ex *exchange) hijacked(c net.Conn) {
 	ex.ctx = nil
 	go ex.serveStream(c)
 }
 
 // finish ends the request: metrics, the ledger record, and the exchange goes back to the pool.
+// Called once per begin, by the exchange's owner (see exchange); the caller must not touch the
+// exchange afterwards.
 func (ex *exchange) finish() {
 	s := ex.srv
 	ex.closeConn()

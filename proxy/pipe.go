@@ -21,7 +21,7 @@ import (
 // and only a small stack; with fasthttp's SetBodyStream an idle stream kept its worker
 // goroutine's grown stack, a copy buffer, a write buffer and the request context for its whole
 // life. A clean end hands the connection back to the server for the client's next request.
-// Part of the exchange; owned by the stream goroutine once the handler returns.
+// Part of the exchange; owned with it by the stream goroutine from the hijack on (see exchange).
 type pipe struct {
 	ex        *exchange
 	a         *attempt
@@ -44,7 +44,8 @@ type pipe struct {
 }
 
 // startStream sends attempt a's answer as a stream: headers now, the body from the stream
-// goroutine once the handler returns.
+// goroutine once the handler returns. It hands the exchange over (see exchange): the handler
+// must not finish it, and after the hijack the stream goroutine owns it.
 func (ex *exchange) startStream(a *attempt) {
 	ctx := ex.ctx
 	p := &ex.pipe
@@ -97,7 +98,7 @@ func (ex *exchange) serveStream(c net.Conn) {
 	}
 	clean, clientLeft := p.run(w)
 	keepAlive := clean && !clientLeft && p.keepAlive
-	p.end(clientLeft) // the exchange goes back to the pool here
+	p.end(clientLeft) // finishes the exchange: nothing of it (p included) is read below
 	if keepAlive && !s.closing.Load() {
 		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
 		serve := c
@@ -380,7 +381,7 @@ func (p *pipe) armWrite(w net.Conn) {
 }
 
 // end records how the stream ended: the final outcome goes through the decision function like
-// every other, then the request is finished.
+// every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
 	s := ex.srv

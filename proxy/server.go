@@ -333,9 +333,7 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	default:
 		ex.run()
 	}
-	if !ex.committedStream {
-		ex.finish()
-	}
+	ex.handlerDone()
 }
 
 // prefixTransferEncoding starts a Transfer-Encoding line (fasthttp refuses a space before
@@ -387,7 +385,7 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		ex.family = cc.lineFamily
 	}
 	ex.reject(status, code, msg)
-	ex.finish()
+	ex.handlerDone()
 }
 
 // authorized checks FAILOVER_INBOUND_TOKEN (Authorization: Bearer or x-api-key) in constant
