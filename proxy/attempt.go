@@ -443,8 +443,8 @@ func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
 	return OutcomeUpstreamError
 }
 
-// sleep waits d before a retry, watching the client; false when the client left (ex.gone) or
-// the sidecar is ending what remains at shutdown.
+// sleep waits d before a retry on the wall clock, asking clientGone every pollInterval; false
+// when the client left (ex.gone) or the sidecar is ending what remains at shutdown.
 func (ex *exchange) sleep(d time.Duration) bool {
 	start := time.Now()
 	defer func() { ex.waited += time.Since(start) }()

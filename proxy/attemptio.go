@@ -13,8 +13,28 @@ import (
 	"github.com/llm-failover/failover/stream"
 )
 
-// clientGone reports whether the client closed its connection (checked on slow paths only:
-// while waiting on an upstream or a backoff).
+// clientGone reports whether the client closed its connection: a peek at its socket
+// (peerClosed), one non-blocking system call; once it says so, it says so for good (ex.gone).
+//
+// It is how the client's departure is seen, the one test behind every wait. fasthttp gives no
+// signal while a handler runs, so whatever waits asks it at least every pollInterval, and
+// ends with errClientGone when it says so (or errShutdown when Server.abort does):
+//
+//   - a read from the upstream (headers, a held body, the peek, a committed stream's idle wait:
+//     waitData, waitIdle) goes through the connection's pollReader, which cuts it into slices
+//     of pollInterval and asks between them (pollReader.expired);
+//   - a dial or a request write, which cannot be cut into slices, is watched by a goroutine
+//     (startWatch) that asks every pollInterval and aborts the call;
+//   - a retry's backoff (sleep) asks between naps of pollInterval;
+//   - run asks once more before a retry or a transfer starts.
+//
+// A committed stream also sees the client leave when a write to it fails (pipe.send).
+//
+// It writes ex.gone and ex.clientFD. It is called by the exchange's owner (see exchange), or by
+// a watch goroutine while the owner is blocked in the watched call and reads neither: the
+// owner reads them again only after watch.end, which waits for the watch goroutine to exit,
+// so the two never run at once and the watch's writes happen before the owner's reads. After
+// the hijack ctx is gone: startStream looks clientFD up before it.
 func (ex *exchange) clientGone() bool {
 	if ex.gone {
 		return true
@@ -47,8 +67,8 @@ func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
 	return nil
 }
 
-// waitIdle arms c's reads with deadline and the client and shutdown watchers, and waits for
-// the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
+// waitIdle arms c's reads with deadline and the client and shutdown watchers (clientGone), and
+// waits for the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
 // read buffer while it waits. The reads that follow (a chunk's framing split across packets)
 // stay armed.
 func (ex *exchange) waitIdle(c *upConn, deadline time.Time) error {
@@ -156,6 +176,8 @@ func (ex *exchange) do(a *attempt) {
 	t.metrics.firstByte.Update(a.ttfb.Seconds())
 	a.retryAfter, a.hasRetryAfter = 0, false
 	if ra, ms := resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs); len(ra) > 0 || len(ms) > 0 {
+		// A date is the upstream's wall-clock time, so it is read against the wall clock
+		// (Options.Clock): what it gives is how long to wait from now.
 		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
 	}
 

@@ -46,7 +46,7 @@ type Server struct {
 	strategy strategy
 	log      *slog.Logger
 	metrics  *serverMetrics
-	clock    budget.Clock
+	clock    budget.Clock // policy time (Options.Clock)
 	retries  *budget.RetryBudget
 
 	inboundToken []byte
@@ -72,7 +72,14 @@ type Server struct {
 // Options are the parts of a Server that tests and the drill replace.
 type Options struct {
 	Logger *slog.Logger
-	Clock  budget.Clock // nil: the system clock
+	// Clock is policy time, and only that: the health of targets (ejections, cooldowns, which
+	// request probes), the background probe's decisions, the retry budget and the elapsed
+	// budget (FAILOVER_MAX_ELAPSED) all read it, through Server.clock. Everything else reads the
+	// wall clock: socket deadlines and the waits they bound, a retry's backoff (slept, not
+	// simulated), a Retry-After date (the upstream's wall clock), and the durations measured
+	// for logs, metrics and least-latency's samples. nil: the system clock. The drill sets a
+	// budget.ManualClock to show a target recovering without waiting out its ejection.
+	Clock budget.Clock
 	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
 	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
 	RootCAs *x509.CertPool

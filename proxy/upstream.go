@@ -137,7 +137,8 @@ func (c *upConn) close() {
 // keep a request whose client left going until it is done. A slice that ends without data is
 // never seen by fasthttp's parsers, only those three endings are; the reader records which one
 // it was in why, because the parsers wrap the error they get (fasthttp.ErrBrokenChunk does not
-// unwrap). Owned by the attempt using the connection.
+// unwrap). Owned by the attempt using the connection; its watchers run on the reading
+// goroutine (exchange.clientGone says how the client's departure is seen).
 type pollReader struct {
 	conn     net.Conn
 	sock     *rawSocket  // reads conn's socket when not nil (not under TLS)
@@ -551,6 +552,10 @@ func (c *upConn) abortWrite() {
 // a dial, a TLS handshake, a request write (a tls.Conn whose write timed out is broken for
 // good). When one says stop, it calls abort once. It starts a goroutine: only for calls that
 // already cost far more (a dial) or that already wait.
+//
+// The watchers run on the watch's goroutine and may write their owner's state
+// (exchange.clientGone does): the owner must not touch that state between startWatch and end,
+// and end, which waits for the goroutine to exit, orders those writes before what follows it.
 type watch struct {
 	quit chan struct{}
 	done chan struct{}
