@@ -189,7 +189,7 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	b = append(b, `"request_id":`...)
 	b = appendJSONStr(b, b2s(ex.requestID))
 	b = append(b, `,"family":"`...)
-	b = append(b, familyNames[ex.family]...)
+	b = append(b, ex.family.String()...)
 	b = append(b, `","path":`...)
 	b = appendJSONStr(b, b2s(ex.logPath()))
 	b = append(b, `,"stream":`...)
@@ -224,7 +224,7 @@ func (r *requestRecord) LogValue() slog.Value {
 	ex := (*exchange)(r)
 	attrs := []slog.Attr{
 		slog.String("request_id", string(ex.requestID)),
-		slog.String("family", familyNames[ex.family]),
+		slog.String("family", ex.family.String()),
 		slog.String("path", logText(ex.logPath())),
 		slog.Bool("stream", ex.streaming),
 		slog.String("outcome", ex.outcome.String()),
