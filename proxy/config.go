@@ -118,9 +118,6 @@ type Config struct {
 	SuccessRules []classify.Rule
 }
 
-// Strategies accepted by FAILOVER_STRATEGY.
-var strategies = []string{"failover", "round-robin", "sticky", "least-latency"}
-
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
 var authModes = []string{"bearer", "x-api-key", "api-key", "none"}
 
@@ -517,8 +514,8 @@ func (l *loader) validateServer(s *ServerConfig) {
 	if !contains([]string{"auto", "text", "json"}, s.LogFormat) {
 		l.problem("%s: must be auto, text or json", l.shown(envPrefix+"LOG_FORMAT"))
 	}
-	if !contains(strategies, s.Strategy) {
-		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(strategies, ", "))
+	if names := strategyNames(); !contains(names, s.Strategy) {
+		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "))
 	}
 	if s.Strategy == "sticky" && strings.TrimSpace(s.StickyHeader) == "" {
 		l.problem("%s: must name a header for FAILOVER_STRATEGY=sticky", l.shown(envPrefix+"STICKY_HEADER"))

@@ -102,7 +102,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		s.targets = append(s.targets, t)
 	}
 	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax)
-	s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader)
+	if s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader); s.strategy == nil {
+		// Load refuses it; a configuration built in code must not run another strategy instead.
+		return nil, fmt.Errorf("FAILOVER_STRATEGY=%q: must be one of %s", cfg.Server.Strategy, strings.Join(strategyNames(), ", "))
+	}
 	s.metrics = newServerMetrics(s.targets, s.clock)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
