@@ -45,7 +45,7 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 
 // answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last
 // attempt's upstream answer when there was one, else a family-shaped error of the sidecar's
-// own (SPEC sections 5 and 7).
+// own (README, The decision order, and Errors the sidecar makes).
 func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 	ctx := ex.ctx
 	ex.outcome, ex.status = outcome, v.Status

@@ -91,8 +91,8 @@ func (ex *exchange) run() {
 		v := s.policy.Decide(&o)
 		if (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) && !o.ClientGone && ex.clientGone() {
 			// Looked at again before anything new starts: the attempt may have ended on its own
-			// deadline after the client left, and no attempt may start after that (SPEC section
-			// 4, rule 1). Only then: an answer that commits or stops needs no syscall for it.
+			// deadline after the client left, and no attempt may start after that (README, The
+			// decision order, rule 1). Only then: an answer that commits or stops needs no syscall for it.
 			o.ClientGone = true
 			v = s.policy.Decide(&o)
 		}
@@ -257,7 +257,7 @@ func (ex *exchange) selectCandidates(now time.Time) {
 }
 
 // limit measures the budgets for a verdict that wants a retry or a transfer and lets classify
-// apply them. It logs the budget events of SPEC section 8. next is a transfer's candidate,
+// apply them. It logs the budget events (README, Named log events). next is a transfer's candidate,
 // which run looked up; when the budgets turn a retry into a transfer, limit looks up its
 // candidate, and with none left the sweep ends there, before the retry budget is asked, so
 // that no token goes to a transfer that cannot happen. It returns the limited verdict and,

@@ -291,7 +291,8 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 	a.body = b
 }
 
-// peek holds an SSE stream until the gate decides: commit, error, or empty (SPEC section 6).
+// peek holds an SSE stream until the gate decides: commit, error, or empty (README,
+// Streams: the pre-commit peek).
 func (ex *exchange) peek(a *attempt, deadline time.Time) {
 	g, c, body := &ex.gate, ex.conn, &ex.body
 	g.Reset(ex.family, ex.srv.peek)

@@ -622,7 +622,7 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
 		// Without required targets (the drill) the keys are never used: a key file that is not
-		// mounted where the drill runs must not stop it (SPEC 9: no targets, keys or network).
+		// mounted where the drill runs must not stop it (README, Quick start: no keys or targets).
 		if t.APIKeyFile != "" && required {
 			b, err := os.ReadFile(t.APIKeyFile)
 			switch {
@@ -823,8 +823,8 @@ func (c *Config) Describe() string {
 	return b.String()
 }
 
-// limitText renders a time limit for -check: 0 turns it off (SPEC section 3), which a bare
-// "0s" would not say.
+// limitText renders a time limit for -check: 0 turns it off (README, Configuration
+// reference), which a bare "0s" would not say.
 func limitText(d time.Duration) string {
 	if d == 0 {
 		return "<no limit>"
@@ -841,7 +841,7 @@ func offText(d time.Duration) string {
 }
 
 // capText renders a cap for -check. A bare "0s" would read as "capped at nothing" where it
-// means the opposite (SPEC section 3: 0 disables a limit).
+// means the opposite (README, Configuration reference: 0 disables a limit).
 func capText(d time.Duration) string {
 	if d == 0 {
 		return "<no cap>"

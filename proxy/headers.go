@@ -103,7 +103,7 @@ var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), [
 	[]byte("OpenAI-Organization"), []byte("OpenAI-Project")}
 
 // buildRequest writes the upstream request's head for attempt a into ex.upHead, and points
-// ex.upBody at its body (SPEC section 7). The head is built by hand rather than through a
+// ex.upBody at its body (README, Headers). The head is built by hand rather than through a
 // fasthttp.RequestHeader: the client's headers are copied once, skipping the ones the sidecar
 // drops or sets itself, instead of copied whole and then deleted and set one by one.
 func (ex *exchange) buildRequest(a *attempt) {

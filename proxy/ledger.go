@@ -12,7 +12,7 @@ import (
 	"github.com/llm-failover/failover/classify"
 )
 
-// Phase is how far an attempt got relative to the client (SPEC section 8).
+// Phase is how far an attempt got relative to the client (README, The request record).
 type Phase uint8
 
 const (
@@ -180,7 +180,7 @@ func (l *Ledger) AppendText(b []byte) []byte {
 	return b
 }
 
-// requestRecord is an exchange seen as its ledger record (msg=request, SPEC section 8).
+// requestRecord is an exchange seen as its ledger record (msg=request: README, The request record).
 type requestRecord exchange
 
 // AppendJSONFields renders the record's fields for the JSON log, without allocating.
@@ -321,8 +321,8 @@ func (ex *exchange) logModel() []byte {
 	return m
 }
 
-// logServedModel is the model the answer was produced for (SPEC section 8: requested and
-// served model): the one substituted by _MODEL, else the requested one; nil when no target
+// logServedModel is the model the answer was produced for (README, The request record:
+// served_model): the one substituted by _MODEL, else the requested one; nil when no target
 // answered or the request named no model.
 func (ex *exchange) logServedModel() []byte {
 	switch {

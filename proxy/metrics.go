@@ -52,7 +52,7 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // overheadBuckets suit the sidecar's own time: microseconds to tens of milliseconds.
 var overheadBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5}
 
-// serverMetrics is the metric catalogue of SPEC section 8, created when the server starts so
+// serverMetrics is the metric catalogue (README, Observability, Metrics), created when the server starts so
 // that recording allocates nothing. Safe for concurrent use.
 type serverMetrics struct {
 	set             *metrics.Set

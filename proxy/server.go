@@ -27,7 +27,7 @@ import (
 	"github.com/llm-failover/failover/classify"
 )
 
-// maxHeaderBytes bounds a request's header block (SPEC section 7: 431 above 16 KiB).
+// maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
 // clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
@@ -254,8 +254,8 @@ func (s *Server) closeIdleHandedBack() {
 	})
 }
 
-// Ready reports whether at least one target is not ejected (SPEC section 2), and the server
-// is not shutting down.
+// Ready reports whether at least one target is not ejected, and the server is not shutting
+// down: /readyz (README, Deployment, Kubernetes sidecar).
 func (s *Server) Ready() bool {
 	if s.closing.Load() {
 		return false

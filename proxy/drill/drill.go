@@ -1,4 +1,4 @@
-// Package drill plays the sidecar's failure drills (SPEC section 9): the real proxy code path,
+// Package drill plays the sidecar's failure drills (README, Quick start): the real proxy code path,
 // in-process, with the effective policy from the environment, against simulated upstreams on
 // loopback. It prints what the policy did in each scenario and checks the invariants that hold
 // under any policy. It needs no keys and no network.
