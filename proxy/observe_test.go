@@ -495,7 +495,7 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out sidecar.SyncBuffer
-	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(tint.NewHandler(&out, &tint.Options{NoColor: false}))})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(tint.NewTextHandler(&out, &tint.Options{NoColor: false}))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -598,14 +598,6 @@ func (w *watch) end() error {
 	return w.why
 }
 
-// write writes p on the connection: through rawSocket on TCP.
-func (c *upConn) write(p []byte) (int, error) {
-	if c.raw != nil {
-		return c.sock.write(p)
-	}
-	return c.conn.Write(p)
-}
-
 // maxCopiedBody is the largest request body writeRequest copies behind the head.
 const maxCopiedBody = 32 << 10
 
