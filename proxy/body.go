@@ -100,7 +100,7 @@ func (b *upBody) consume(n int) {
 	if n <= 0 {
 		return
 	}
-	b.c.br.Discard(n) //nolint:errcheck // n bytes are buffered: next returned them
+	b.c.br.Discard(n) // n bytes are buffered: next returned them
 	if b.mode == bodyUntilClose {
 		return
 	}
@@ -114,7 +114,7 @@ func (b *upBody) consume(n int) {
 			// chunk leaves nothing buffered and can wait without a buffer.
 			br := b.c.br
 			if crlf, _ := br.Peek(min(2, br.Buffered())); string(crlf) == "\r\n" {
-				br.Discard(2) //nolint:errcheck // buffered
+				br.Discard(2) // buffered
 			} else {
 				b.needCRLF = true
 			}

@@ -300,7 +300,7 @@ func (ex *exchange) logRequest() {
 	// (runtime.Callers), which no handler here prints.
 	r := slog.NewRecord(ex.start.Add(ex.duration), level, "request", 0) // the time finish measured
 	r.AddAttrs(slog.Any("", (*requestRecord)(ex)))
-	h.Handle(context.Background(), r) //nolint:errcheck // as Logger.LogAttrs: a failed log write has nowhere to go
+	h.Handle(context.Background(), r) // as Logger.LogAttrs: a failed log write has nowhere to go
 }
 
 // logPath is the request path for the log (the query is left out: it can carry keys).

@@ -100,7 +100,7 @@ func (ex *exchange) serveStream(c net.Conn) {
 	keepAlive := clean && !clientLeft && p.keepAlive
 	p.end(clientLeft) // finishes the exchange: nothing of it (p included) is read below
 	if keepAlive && !s.closing.Load() {
-		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
+		w.SetWriteDeadline(time.Time{}) // fasthttp sets none of its own: the stream's must not stay
 		serve := c
 		if cc, ok := w.(*clientConn); ok {
 			// The client connection itself is served, not fasthttp's wrapper of it: the next
@@ -118,7 +118,7 @@ func (ex *exchange) serveStream(c net.Conn) {
 			defer s.handedBack.Delete(cc)
 		}
 		if !s.closing.Load() {
-			s.proxy.ServeConn(serve) //nolint:errcheck // the connection's own end: nothing to report
+			s.proxy.ServeConn(serve) // the connection's own end: nothing to report
 			return
 		}
 	}
@@ -376,7 +376,7 @@ write:
 // stream, the upstream connection and the provider's generation for ever.
 func (p *pipe) armWrite(w net.Conn) {
 	if idle := p.ex.srv.cfg.Server.IdleTimeout; idle > 0 {
-		w.SetWriteDeadline(time.Now().Add(idle)) //nolint:errcheck // a closed connection fails the write that follows
+		w.SetWriteDeadline(time.Now().Add(idle)) // a closed connection fails the write that follows
 	}
 }
 

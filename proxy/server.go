@@ -223,7 +223,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			srv.ShutdownWithContext(ctx) //nolint:errcheck // the deadline is handled below
+			srv.ShutdownWithContext(ctx) // the deadline is handled below
 		}()
 	}
 	select {
@@ -236,7 +236,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		}
 	}
 	wg.Wait()
-	s.probes.Shutdown() //nolint:errcheck // nothing is left to wait for
+	s.probes.Shutdown() // nothing is left to wait for
 	for _, t := range s.targets {
 		t.pool.closeIdle()
 	}

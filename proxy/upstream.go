@@ -544,7 +544,7 @@ func (c *upConn) writeWatched(p []byte, gone, stop func() bool) (waited time.Dur
 // abortWrite ends a write blocked on c (from the goroutine of a watch): the connection is
 // dropped after it.
 func (c *upConn) abortWrite() {
-	c.conn.SetWriteDeadline(time.Unix(1, 0)) //nolint:errcheck // a closed connection has no write to end
+	c.conn.SetWriteDeadline(time.Unix(1, 0)) // a closed connection has no write to end
 }
 
 // watch asks a client's watchers (it left; the shutdown timeout passed) every pollInterval,
