@@ -5,6 +5,17 @@
 // It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
 // the budgets are measured through package budget and applied by classify.Limit, and SSE
 // streams are held and judged by stream.Gate.
+//
+// A request's way through the files:
+//
+//	server.go     Server.serveProxy takes an exchange for the request and answers what needs no target
+//	exchange.go   the exchange: what one request holds, and who owns it when (its lifetime)
+//	attempt.go    exchange.run, the attempt loop: candidates, verdicts, budgets, health, the probe lease
+//	attemptio.go  one attempt's I/O (do, readBody, peek) and its waits; clientGone: how the client is seen to leave
+//	headers.go    the upstream request's head, and the response headers the client gets
+//	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
+//	pipe.go       a committed stream or large body, piped on its own goroutine
+//	upstream.go   connections to targets, their pool, and the reads that wait in slices (pollReader)
 package proxy
 
 import (
