@@ -188,10 +188,10 @@ func healthcheck(environ []string, stderr io.Writer) int {
 // text, slog's JSON handler for json; auto picks text on a terminal and json otherwise.
 func newLogger(level, format string, w io.Writer, tty bool) *slog.Logger {
 	var lv slog.Level
-	lv.UnmarshalText([]byte(level)) //nolint:errcheck // validated by proxy.Load
+	lv.UnmarshalText([]byte(level)) // validated by proxy.Load
 	if format == "text" || format == "auto" && tty {
 		_, noColor := os.LookupEnv("NO_COLOR")
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, TimeFormat: "15:04:05.000", NoColor: !tty || noColor}))
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lv, TimeFormat: "15:04:05.000", NoColor: !tty || noColor}))
 	}
 	return slog.New(proxy.NewJSONHandler(w, lv))
 }

@@ -1,6 +1,6 @@
 // Package classify is the one place that decides what an attempt's outcome means: its class,
 // whether the proxy commits it, retries the same target, transfers to the next one or stops,
-// and the effect on the target's health (SPEC section 4). It holds the status list, the error
+// and the effect on the target's health (README, The decision order). It holds the status list, the error
 // phrases, the stop and success rules and error-body extraction.
 //
 // It is pure: no I/O, no clock, no goroutines, and it imports nothing of this module. The proxy
@@ -173,7 +173,7 @@ func (p *Policy) errorBody(o *Outcome, status int, info *ErrorInfo) Verdict {
 // no_choices). The client would get a 502 of the sidecar's own, so stop rules hold for it as for
 // any 502. But FAILOVER_RETRY_ON_STATUSES names statuses upstreams send, and this one no upstream
 // sent: like an attempt without an answer (rule 5), it is recoverable whatever the list says
-// (SPEC section 6: an empty stream is retryable), transient and a health failure, as a 5xx is.
+// (README, The decision order: an empty stream is recoverable), transient and a health failure, as a 5xx is.
 func (p *Policy) emptyAnswer(o *Outcome, class Class) Verdict {
 	v := Verdict{Class: class, Health: HealthFailure, Reason: ReasonEmpty, Status: 502}
 	if p.matchStop(v.Status, o.Body) {

@@ -25,7 +25,7 @@ func TestRequiredLiterals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		set, _, ok := requiredLiterals(regexp.MustCompile(tc.pattern))
-		if tc.want == nil || len(tc.want) == 0 {
+		if len(tc.want) == 0 {
 			if ok {
 				t.Errorf("%s: got %q, want no prefilter", tc.pattern, set)
 			}

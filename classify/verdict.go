@@ -14,7 +14,7 @@ const (
 	// decisive one, or those within the peek limit).
 	KindStreamCommit
 	// KindStreamError is an error event that arrived before any business content: Body is
-	// its data. Its status comes from the payload (SPEC section 6), else 502.
+	// its data. Its status comes from the payload (README, The status of an error event), else 502.
 	KindStreamError
 	// KindStreamEmpty is a stream that ended ([DONE] or EOF) before any business content.
 	KindStreamEmpty

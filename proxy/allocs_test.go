@@ -235,7 +235,7 @@ func (h *handlerBench) serve(tb testing.TB) {
 	if err := ctx.Response.Write(h.out); err != nil {
 		tb.Fatal(err)
 	}
-	h.out.Flush() //nolint:errcheck // io.Discard
+	h.out.Flush() // io.Discard
 }
 
 // cannedResponse is an HTTP/1.1 keep-alive response with a Content-Length body.
@@ -266,7 +266,7 @@ func startCannedServer(t *testing.T) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	go srv.Serve(ln) // ends with Shutdown
 	return srv, ln.Addr().String()
 }
 

@@ -83,8 +83,8 @@ func newBenchUpstream(tb testing.TB, completion, sse string) *benchUpstream {
 		MaxRequestBodySize:    64 << 20,
 		Logger:                quietBench{},
 	}
-	go u.srv.Serve(ln)                      //nolint:errcheck // ends at Shutdown
-	tb.Cleanup(func() { u.srv.Shutdown() }) //nolint:errcheck // test helper
+	go u.srv.Serve(ln)                      // ends at Shutdown
+	tb.Cleanup(func() { u.srv.Shutdown() }) // test helper
 	return u
 }
 

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
 	"io"
 
 	"github.com/valyala/fasthttp"
@@ -14,9 +13,6 @@ import (
 // connection's buffer, and a committed stream writes them to the client from there. It also
 // means a committed stream that waits for its next event holds no read buffer at all
 // (upConn.releaseReader), which is most of what an idle stream used to cost.
-
-// errBrokenChunk is a chunked body whose framing is not HTTP/1.1's: the connection is unusable.
-var errBrokenChunk = errors.New("malformed chunked body from the upstream")
 
 type bodyMode uint8
 
@@ -104,7 +100,7 @@ func (b *upBody) consume(n int) {
 	if n <= 0 {
 		return
 	}
-	b.c.br.Discard(n) //nolint:errcheck // n bytes are buffered: next returned them
+	b.c.br.Discard(n) // n bytes are buffered: next returned them
 	if b.mode == bodyUntilClose {
 		return
 	}
@@ -118,7 +114,7 @@ func (b *upBody) consume(n int) {
 			// chunk leaves nothing buffered and can wait without a buffer.
 			br := b.c.br
 			if crlf, _ := br.Peek(min(2, br.Buffered())); string(crlf) == "\r\n" {
-				br.Discard(2) //nolint:errcheck // buffered
+				br.Discard(2) // buffered
 			} else {
 				b.needCRLF = true
 			}

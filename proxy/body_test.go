@@ -52,7 +52,7 @@ func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
 func writeSplit(s string, bytewise bool) func(net.Conn) {
 	return func(c net.Conn) {
 		if !bytewise {
-			c.Write([]byte(s)) //nolint:errcheck
+			c.Write([]byte(s))
 			return
 		}
 		for i := range len(s) {
@@ -151,9 +151,9 @@ func TestUpBody(t *testing.T) {
 func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 	next := make(chan struct{})
 	c := bodyOver(t, func(w net.Conn) {
-		w.Write([]byte("5\r\nhello\r\n")) //nolint:errcheck
+		w.Write([]byte("5\r\nhello\r\n"))
 		<-next
-		w.Write([]byte("6\r\n world\r\n0\r\n\r\n")) //nolint:errcheck
+		w.Write([]byte("6\r\n world\r\n0\r\n\r\n"))
 	})
 	var b upBody
 	b.reset(c, response(200, -1), false)

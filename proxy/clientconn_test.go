@@ -87,7 +87,7 @@ func TestClientConnReadAhead(t *testing.T) {
 
 	// A request larger than the buffer: the part past it is read from the socket.
 	big := "POST / HTTP/1.1\r\nContent-Length: 20000\r\n\r\n" + strings.Repeat("a", 20000)
-	go peer.Write([]byte(big)) //nolint:errcheck // checked by what arrives
+	go peer.Write([]byte(big)) // checked by what arrives
 	if got := readN(t, c, 1, 1) + readN(t, c, 16<<10, len(big)-1); got != big {
 		t.Fatalf("a %d-byte request came back as %d bytes", len(big), len(got))
 	}

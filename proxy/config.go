@@ -99,6 +99,24 @@ type TargetConfig struct {
 	Paths      string `env:"PATHS"`
 	Weight     int    `env:"WEIGHT" envDefault:"1"`
 	Retries    int    `env:"RETRIES"` // unset: FAILOVER_SAME_TARGET_RETRIES (filled in by Load)
+
+	// parsed is Headers, Models and Paths as Load parsed them, once: New and Describe use it.
+	// A pointer, so that printing a TargetConfig never prints header values.
+	parsed *targetFields
+}
+
+// fields returns Headers, Models and Paths parsed: as Load parsed them, or, for a TargetConfig
+// built in code (the drill's), parsed now.
+func (tc *TargetConfig) fields() (*targetFields, error) {
+	if tc.parsed != nil {
+		return tc.parsed, nil
+	}
+	var f targetFields
+	var errs [3]error
+	f.headers, errs[0] = parseHeaders(tc.Headers)
+	f.models, errs[1] = parseModels(tc.Models)
+	f.paths, errs[2] = parsePaths(tc.Paths)
+	return &f, errors.Join(errs[:]...)
 }
 
 // ruleConfig is one FAILOVER_STOP_RULE_<i>_* or FAILOVER_SUCCESS_RULE_<i>_* group.
@@ -117,9 +135,6 @@ type Config struct {
 	StopRules    []classify.Rule
 	SuccessRules []classify.Rule
 }
-
-// Strategies accepted by FAILOVER_STRATEGY.
-var strategies = []string{"failover", "round-robin", "sticky", "least-latency"}
 
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
 var authModes = []string{"bearer", "x-api-key", "api-key", "none"}
@@ -517,8 +532,8 @@ func (l *loader) validateServer(s *ServerConfig) {
 	if !contains([]string{"auto", "text", "json"}, s.LogFormat) {
 		l.problem("%s: must be auto, text or json", l.shown(envPrefix+"LOG_FORMAT"))
 	}
-	if !contains(strategies, s.Strategy) {
-		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(strategies, ", "))
+	if names := strategyNames(); !contains(names, s.Strategy) {
+		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "))
 	}
 	if s.Strategy == "sticky" && strings.TrimSpace(s.StickyHeader) == "" {
 		l.problem("%s: must name a header for FAILOVER_STRATEGY=sticky", l.shown(envPrefix+"STICKY_HEADER"))
@@ -607,7 +622,7 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
 		// Without required targets (the drill) the keys are never used: a key file that is not
-		// mounted where the drill runs must not stop it (SPEC 9: no targets, keys or network).
+		// mounted where the drill runs must not stop it (README, Quick start: no keys or targets).
 		if t.APIKeyFile != "" && required {
 			b, err := os.ReadFile(t.APIKeyFile)
 			switch {
@@ -628,22 +643,25 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		} else if t.Auth == "none" && t.APIKey != "" {
 			l.problem("%sAUTH=none with a key set: the key would never be sent; choose bearer, x-api-key or api-key", p)
 		}
-		if hs, err := parseHeaders(t.Headers); err != nil {
+		var f targetFields
+		var err error
+		if f.headers, err = parseHeaders(t.Headers); err != nil {
 			l.problem("%s: %v", l.shown(p+"HEADERS"), err)
 		} else if name := authHeaderName(t.Auth); t.APIKey != "" && name != "" {
-			for _, h := range hs {
+			for _, h := range f.headers {
 				if strings.EqualFold(string(h[0]), name) {
 					// The name is the auth mode's, so printing it shows nothing secret.
 					l.problem("%s: sets %s, which the target's key already sets (%sAUTH=%s): the upstream would get two", l.shown(p+"HEADERS"), name, p, t.Auth)
 				}
 			}
 		}
-		if _, err := parseModels(t.Models); err != nil {
+		if f.models, err = parseModels(t.Models); err != nil {
 			l.problem("%s: %v", l.shown(p+"MODELS"), err)
 		}
-		if _, err := parsePaths(t.Paths); err != nil {
+		if f.paths, err = parsePaths(t.Paths); err != nil {
 			l.problem("%s: %v", l.shown(p+"PATHS"), err)
 		}
+		t.parsed = &f
 		if strings.ContainsAny(t.Model, "\"\\\r\n") {
 			l.problem("%s: a model name cannot contain quotes, backslashes or line breaks", l.shown(p+"MODEL"))
 		}
@@ -767,9 +785,9 @@ func (c *Config) Describe() string {
 			}
 		}
 		line("FAILOVER_TARGET_%d: name=%s url=%s auth=%s key=%s", i, t.Name, maskURL(t.URL), t.Auth, key)
-		if hs, _ := parseHeaders(t.Headers); len(hs) > 0 {
-			names := make([]string, len(hs))
-			for j, h := range hs {
+		if f, _ := t.fields(); len(f.headers) > 0 {
+			names := make([]string, len(f.headers))
+			for j, h := range f.headers {
 				names[j] = string(h[0])
 			}
 			line("    headers: %s (values hidden)", strings.Join(names, ", "))
@@ -805,8 +823,8 @@ func (c *Config) Describe() string {
 	return b.String()
 }
 
-// limitText renders a time limit for -check: 0 turns it off (SPEC section 3), which a bare
-// "0s" would not say.
+// limitText renders a time limit for -check: 0 turns it off (README, Configuration
+// reference), which a bare "0s" would not say.
 func limitText(d time.Duration) string {
 	if d == 0 {
 		return "<no limit>"
@@ -823,7 +841,7 @@ func offText(d time.Duration) string {
 }
 
 // capText renders a cap for -check. A bare "0s" would read as "capped at nothing" where it
-// means the opposite (SPEC section 3: 0 disables a limit).
+// means the opposite (README, Configuration reference: 0 disables a limit).
 func capText(d time.Duration) string {
 	if d == 0 {
 		return "<no cap>"

@@ -95,8 +95,8 @@ func TestLoadTargetRetries(t *testing.T) {
 	}
 }
 
-// TestLoadZeroCapsAreNoCap: SPEC section 3, "0 disables a limit", also for the two caps, and
-// -check says so rather than printing a cap or a timeout of 0s.
+// TestLoadZeroCapsAreNoCap: "0 disables a limit" (README, Configuration reference), also for
+// the two caps, and -check says so rather than printing a cap or a timeout of 0s.
 func TestLoadZeroCapsAreNoCap(t *testing.T) {
 	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_BACKOFF_MAX=0", "FAILOVER_EJECT_MAX=0",
 		"FAILOVER_CONNECT_TIMEOUT=0", "FAILOVER_FIRST_BYTE_TIMEOUT=0", "FAILOVER_IDLE_TIMEOUT=0", "FAILOVER_ATTEMPT_TIMEOUT=0"}, true)
@@ -299,7 +299,7 @@ func TestLoadHeadersErrorHidesTheEntry(t *testing.T) {
 	}
 }
 
-// The drill uses no keys (SPEC 9), so a key file that is not mounted where it runs must not
+// The drill uses no keys (README, Quick start), so a key file that is not mounted where it runs must not
 // stop it; the normal start still reads every key file and fails on a missing one.
 func TestLoadKeyFilesOnlyWhenTargetsAreRequired(t *testing.T) {
 	missing := []string{"FAILOVER_TARGET_0_URL=https://api.example/v1", "FAILOVER_TARGET_0_API_KEY_FILE=/does/not/exist"}

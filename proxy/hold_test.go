@@ -21,7 +21,7 @@ func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	received := func(n int) string {
 		t.Helper()
 		b := make([]byte, n)
-		peer.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, err := io.ReadFull(peer, b); err != nil {
 			t.Fatalf("reading %d bytes: %v", n, err)
 		}
@@ -64,11 +64,11 @@ func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 		return // allocation counts are not meaningful under the race detector
 	}
 
-	go io.Copy(io.Discard, peer) //nolint:errcheck // ends when the test closes the connection
+	go io.Copy(io.Discard, peer) // ends when the test closes the connection
 	first, second := []byte(a+b[:9]), []byte(b[9:])
 	allocs := testing.AllocsPerRun(100, func() {
-		p.forward(w, nil, first, ex.gate.Observe(first))   //nolint:errcheck // the peer reads all
-		p.forward(w, nil, second, ex.gate.Observe(second)) //nolint:errcheck
+		p.forward(w, nil, first, ex.gate.Observe(first)) // the peer reads all
+		p.forward(w, nil, second, ex.gate.Observe(second))
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per event held and sent, want 0", allocs)
@@ -88,7 +88,7 @@ func BenchmarkPipeForward(b *testing.B) {
 		name := map[bool]string{false: "whole", true: "split"}[split]
 		b.Run(name, func(b *testing.B) {
 			w, peer := loopbackPair(b, nil)
-			go io.Copy(io.Discard, peer) //nolint:errcheck // ends when the benchmark closes the connection
+			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
 			ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}}
 			p := &pipe{ex: ex, sse: true, chunked: true}
 			var reads [][]byte

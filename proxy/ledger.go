@@ -12,7 +12,7 @@ import (
 	"github.com/llm-failover/failover/classify"
 )
 
-// Phase is how far an attempt got relative to the client (SPEC section 8).
+// Phase is how far an attempt got relative to the client (README, The request record).
 type Phase uint8
 
 const (
@@ -180,7 +180,7 @@ func (l *Ledger) AppendText(b []byte) []byte {
 	return b
 }
 
-// requestRecord is an exchange seen as its ledger record (msg=request, SPEC section 8).
+// requestRecord is an exchange seen as its ledger record (msg=request: README, The request record).
 type requestRecord exchange
 
 // AppendJSONFields renders the record's fields for the JSON log, without allocating.
@@ -189,7 +189,7 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	b = append(b, `"request_id":`...)
 	b = appendJSONStr(b, b2s(ex.requestID))
 	b = append(b, `,"family":"`...)
-	b = append(b, familyNames[ex.family]...)
+	b = append(b, ex.family.String()...)
 	b = append(b, `","path":`...)
 	b = appendJSONStr(b, b2s(ex.logPath()))
 	b = append(b, `,"stream":`...)
@@ -224,7 +224,7 @@ func (r *requestRecord) LogValue() slog.Value {
 	ex := (*exchange)(r)
 	attrs := []slog.Attr{
 		slog.String("request_id", string(ex.requestID)),
-		slog.String("family", familyNames[ex.family]),
+		slog.String("family", ex.family.String()),
 		slog.String("path", logText(ex.logPath())),
 		slog.Bool("stream", ex.streaming),
 		slog.String("outcome", ex.outcome.String()),
@@ -300,7 +300,7 @@ func (ex *exchange) logRequest() {
 	// (runtime.Callers), which no handler here prints.
 	r := slog.NewRecord(ex.start.Add(ex.duration), level, "request", 0) // the time finish measured
 	r.AddAttrs(slog.Any("", (*requestRecord)(ex)))
-	h.Handle(context.Background(), r) //nolint:errcheck // as Logger.LogAttrs: a failed log write has nowhere to go
+	h.Handle(context.Background(), r) // as Logger.LogAttrs: a failed log write has nowhere to go
 }
 
 // logPath is the request path for the log (the query is left out: it can carry keys).
@@ -321,8 +321,8 @@ func (ex *exchange) logModel() []byte {
 	return m
 }
 
-// logServedModel is the model the answer was produced for (SPEC section 8: requested and
-// served model): the one substituted by _MODEL, else the requested one; nil when no target
+// logServedModel is the model the answer was produced for (README, The request record:
+// served_model): the one substituted by _MODEL, else the requested one; nil when no target
 // answered or the request named no model.
 func (ex *exchange) logServedModel() []byte {
 	switch {

@@ -273,7 +273,7 @@ func (l *LogWriter) loop() {
 	for {
 		select {
 		case <-t.C:
-			l.Flush() //nolint:errcheck // a failing log sink has nowhere to report to
+			l.Flush() // a failing log sink has nowhere to report to
 		case <-l.stop:
 			return
 		}

@@ -86,7 +86,7 @@ func TestRequestRecordIsFlatJSON(t *testing.T) {
 
 func TestRequestRecordInTextLog(t *testing.T) {
 	var buf bytes.Buffer
-	slog.New(tint.NewHandler(&buf, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
+	slog.New(tint.NewTextHandler(&buf, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
 	out := buf.String()
 	for _, want := range []string{"request_id=req-1", "outcome=ok_after_failover", "target=second", "1:first 503", "2:second 200"} {
 		if !strings.Contains(out, want) {

@@ -32,13 +32,6 @@ var outcomeNames = [numOutcomes]string{"ok", "ok_after_failover", "upstream_erro
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
-// Families in label order; stream.Family values index them.
-const numFamilies = 5
-
-var familyNames = [numFamilies]string{
-	stream.Chat.String(), stream.Responses.String(), stream.Messages.String(), stream.Image.String(), stream.Other.String(),
-}
-
 // Budgets that can stop a sweep, for failover_budget_exhausted_total.
 type budgetKind uint8
 
@@ -52,8 +45,6 @@ const (
 
 var budgetNames = [numBudgets]string{"max_attempts", "max_elapsed", "retry_budget", "target_retries"}
 
-const numCommitReasons = 3
-
 // latencyBuckets suit LLM calls: milliseconds for a cached or tiny answer, minutes for a long
 // generation.
 var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
@@ -61,15 +52,15 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // overheadBuckets suit the sidecar's own time: microseconds to tens of milliseconds.
 var overheadBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5}
 
-// serverMetrics is the metric catalogue of SPEC section 8, created when the server starts so
+// serverMetrics is the metric catalogue (README, Observability, Metrics), created when the server starts so
 // that recording allocates nothing. Safe for concurrent use.
 type serverMetrics struct {
 	set             *metrics.Set
-	requests        [numFamilies][numOutcomes]*metrics.Counter
-	duration        [numFamilies]*metrics.PrometheusHistogram
+	requests        [stream.NumFamilies][numOutcomes]*metrics.Counter
+	duration        [stream.NumFamilies]*metrics.PrometheusHistogram
 	overhead        *metrics.PrometheusHistogram
 	inflight        atomic.Int64
-	streamCommits   [numCommitReasons]*metrics.Counter
+	streamCommits   [stream.NumCommitReasons]*metrics.Counter
 	budgetExhausted [numBudgets]*metrics.Counter
 	// droppedUnderscore counts the client headers with '_' in their names left behind.
 	droppedUnderscore *metrics.Counter
@@ -103,15 +94,15 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 	// A process-wide switch of the library; only the scrape writes more.
 	metrics.ExposeMetadata(true)
 	m := &serverMetrics{set: metrics.NewSet()}
-	for f := range numFamilies {
+	for f := range stream.NumFamilies {
 		for o := range numOutcomes {
-			m.requests[f][o] = m.set.NewCounter(fmt.Sprintf(`failover_requests_total{family=%q,outcome=%q}`, familyNames[f], outcomeNames[o]))
+			m.requests[f][o] = m.set.NewCounter(fmt.Sprintf(`failover_requests_total{family=%q,outcome=%q}`, stream.Family(f).String(), outcomeNames[o]))
 		}
-		m.duration[f] = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_request_duration_seconds{family=%q}`, familyNames[f]), latencyBuckets)
+		m.duration[f] = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_request_duration_seconds{family=%q}`, stream.Family(f).String()), latencyBuckets)
 	}
 	m.overhead = m.set.NewPrometheusHistogramExt(`failover_overhead_seconds`, overheadBuckets)
 	m.set.NewGauge(`failover_inflight_requests`, func() float64 { return float64(m.inflight.Load()) })
-	for r := range numCommitReasons {
+	for r := range stream.NumCommitReasons {
 		m.streamCommits[r] = m.set.NewCounter(fmt.Sprintf(`failover_stream_commits_total{reason=%q}`, stream.CommitReason(r).String()))
 	}
 	for b := range numBudgets {

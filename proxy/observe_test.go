@@ -382,7 +382,7 @@ func slowReader(t *testing.T, d time.Duration) string {
 				if err != nil {
 					return
 				}
-				io.Copy(io.Discard, req.Body) //nolint:errcheck // the answer follows either way
+				io.Copy(io.Discard, req.Body) // the answer follows either way
 				body := pt.ChatCompletion("ok")
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			}()
@@ -495,7 +495,7 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out sidecar.SyncBuffer
-	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(tint.NewHandler(&out, &tint.Options{NoColor: false}))})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(tint.NewTextHandler(&out, &tint.Options{NoColor: false}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	go srv.Serve(ln) // ends with Shutdown
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 
 	body := `{"model":"gpt-4o\u001b]0;owned\u001b\\\u001b[2J","messages":[]}`

@@ -30,7 +30,7 @@ func idleListener(t *testing.T) (addr string, ended <-chan net.Addr) {
 				return
 			}
 			go func() {
-				io.Copy(io.Discard, c) //nolint:errcheck // ends when the sidecar closes
+				io.Copy(io.Discard, c) // ends when the sidecar closes
 				c.Close()
 				ch <- c.RemoteAddr()
 			}()
@@ -89,7 +89,7 @@ func TestJanitorStopsAtShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -139,9 +139,9 @@ func (c *countingSessionCache) Put(key string, cs *tls.ClientSessionState) {
 func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 	var conns atomic.Int64
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) //nolint:errcheck
+		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"ok":true}`) //nolint:errcheck
+		io.WriteString(w, `{"ok":true}`)
 	}))
 	up.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
 	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -167,7 +167,7 @@ func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	go srv.Serve(ln) // ends with Shutdown
 	defer srv.Shutdown(t.Context())
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
@@ -180,7 +180,7 @@ func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "1" {
 			t.Fatalf("request %d: %d in %s attempts", i, resp.StatusCode, resp.Header.Get("X-Failover-Attempts"))

@@ -6,8 +6,8 @@ import (
 	"github.com/llm-failover/failover/stream"
 )
 
-// Errors the sidecar writes itself (SPEC section 7) are shaped like the family's own errors,
-// so an SDK raises its usual exception with a useful message.
+// Errors the sidecar writes itself (README, Errors the sidecar makes) are shaped like the
+// family's own errors, so an SDK raises its usual exception with a useful message.
 //
 //	chat, responses, other: {"error":{"message":"...","type":"failover_error","code":"..."}}
 //	messages (Anthropic):   {"type":"error","error":{"type":"api_error","message":"...","code":"..."}}

@@ -7,8 +7,8 @@ import (
 )
 
 // A strategy picks a request's first candidate among the targets that serve it; the rest
-// follow in declared order (SPEC section 3). Each strategy is a small type behind one method,
-// safe for concurrent use.
+// follow in declared order (README, How it decides: Candidates). Each strategy is a small
+// type behind one method, safe for concurrent use, listed with its name in strategies.
 type strategy interface {
 	// first returns the target index of the first candidate, one of eligible (the target
 	// indices that serve the request, in declared order, never empty). usable is the part of
@@ -19,16 +19,38 @@ type strategy interface {
 	first(eligible, usable []int, ex *exchange) int
 }
 
-func newStrategy(name string, targets []*Target, stickyHeader string) strategy {
-	switch name {
-	case "round-robin":
-		return &roundRobin{targets: targets}
-	case "sticky":
-		return &sticky{targets: targets, header: stickyHeader, seed: maphash.MakeSeed()}
-	case "least-latency":
-		return &leastLatency{targets: targets}
+// strategies are the values FAILOVER_STRATEGY accepts, in the order errors and -check list
+// them, each with the constructor of its strategy: the one table that Load validates against
+// and New builds from.
+var strategies = []struct {
+	name string
+	make func(targets []*Target, stickyHeader string) strategy
+}{
+	{"failover", func([]*Target, string) strategy { return declaredOrder{} }},
+	{"round-robin", func(targets []*Target, _ string) strategy { return &roundRobin{targets: targets} }},
+	{"sticky", func(targets []*Target, header string) strategy {
+		return &sticky{targets: targets, header: header, seed: maphash.MakeSeed()}
+	}},
+	{"least-latency", func(targets []*Target, _ string) strategy { return &leastLatency{targets: targets} }},
+}
+
+// strategyNames lists the names in strategies.
+func strategyNames() []string {
+	names := make([]string, len(strategies))
+	for i, st := range strategies {
+		names[i] = st.name
 	}
-	return declaredOrder{}
+	return names
+}
+
+// newStrategy builds the strategy named name, or returns nil when strategies has no such name.
+func newStrategy(name string, targets []*Target, stickyHeader string) strategy {
+	for _, st := range strategies {
+		if st.name == name {
+			return st.make(targets, stickyHeader)
+		}
+	}
+	return nil
 }
 
 // declaredOrder is FAILOVER_STRATEGY=failover: the first eligible target in declared order.

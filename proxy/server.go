@@ -5,6 +5,17 @@
 // It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
 // the budgets are measured through package budget and applied by classify.Limit, and SSE
 // streams are held and judged by stream.Gate.
+//
+// A request's way through the files:
+//
+//	server.go     Server.serveProxy takes an exchange for the request and answers what needs no target
+//	exchange.go   the exchange: what one request holds, and who owns it when (its lifetime)
+//	attempt.go    exchange.run, the attempt loop: candidates, verdicts, budgets, health, the probe lease
+//	attemptio.go  one attempt's I/O (do, readBody, peek) and its waits; clientGone: how the client is seen to leave
+//	headers.go    the upstream request's head, and the response headers the client gets
+//	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
+//	pipe.go       a committed stream or large body, piped on its own goroutine
+//	upstream.go   connections to targets, their pool, and the reads that wait in slices (pollReader)
 package proxy
 
 import (
@@ -27,7 +38,7 @@ import (
 	"github.com/llm-failover/failover/classify"
 )
 
-// maxHeaderBytes bounds a request's header block (SPEC section 7: 431 above 16 KiB).
+// maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
 // clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
@@ -46,7 +57,7 @@ type Server struct {
 	strategy strategy
 	log      *slog.Logger
 	metrics  *serverMetrics
-	clock    budget.Clock
+	clock    budget.Clock // policy time (Options.Clock)
 	retries  *budget.RetryBudget
 
 	inboundToken []byte
@@ -72,7 +83,14 @@ type Server struct {
 // Options are the parts of a Server that tests and the drill replace.
 type Options struct {
 	Logger *slog.Logger
-	Clock  budget.Clock // nil: the system clock
+	// Clock is policy time, and only that: the health of targets (ejections, cooldowns, which
+	// request probes), the background probe's decisions, the retry budget and the elapsed
+	// budget (FAILOVER_MAX_ELAPSED) all read it, through Server.clock. Everything else reads the
+	// wall clock: socket deadlines and the waits they bound, a retry's backoff (slept, not
+	// simulated), a Retry-After date (the upstream's wall clock), and the durations measured
+	// for logs, metrics and least-latency's samples. nil: the system clock. The drill sets a
+	// budget.ManualClock to show a target recovering without waiting out its ejection.
+	Clock budget.Clock
 	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
 	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
 	RootCAs *x509.CertPool
@@ -95,7 +113,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		s.targets = append(s.targets, t)
 	}
 	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax)
-	s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader)
+	if s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader); s.strategy == nil {
+		// Load refuses it; a configuration built in code must not run another strategy instead.
+		return nil, fmt.Errorf("FAILOVER_STRATEGY=%q: must be one of %s", cfg.Server.Strategy, strings.Join(strategyNames(), ", "))
+	}
 	s.metrics = newServerMetrics(s.targets, s.clock)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
@@ -213,7 +234,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			srv.ShutdownWithContext(ctx) //nolint:errcheck // the deadline is handled below
+			srv.ShutdownWithContext(ctx) // the deadline is handled below
 		}()
 	}
 	select {
@@ -226,7 +247,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		}
 	}
 	wg.Wait()
-	s.probes.Shutdown() //nolint:errcheck // nothing is left to wait for
+	s.probes.Shutdown() // nothing is left to wait for
 	for _, t := range s.targets {
 		t.pool.closeIdle()
 	}
@@ -244,8 +265,8 @@ func (s *Server) closeIdleHandedBack() {
 	})
 }
 
-// Ready reports whether at least one target is not ejected (SPEC section 2), and the server
-// is not shutting down.
+// Ready reports whether at least one target is not ejected, and the server is not shutting
+// down: /readyz (README, Deployment, Kubernetes sidecar).
 func (s *Server) Ready() bool {
 	if s.closing.Load() {
 		return false
@@ -333,9 +354,7 @@ func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	default:
 		ex.run()
 	}
-	if !ex.committedStream {
-		ex.finish()
-	}
+	ex.handlerDone()
 }
 
 // prefixTransferEncoding starts a Transfer-Encoding line (fasthttp refuses a space before
@@ -387,7 +406,7 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		ex.family = cc.lineFamily
 	}
 	ex.reject(status, code, msg)
-	ex.finish()
+	ex.handlerDone()
 }
 
 // authorized checks FAILOVER_INBOUND_TOKEN (Authorization: Bearer or x-api-key) in constant

@@ -506,7 +506,7 @@ func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
 		case <-delivered: // the rest only once the client has the events
 		case <-time.After(5 * time.Second):
 		}
-		c.Write([]byte("\r\n\r\n")) //nolint:errcheck
+		c.Write([]byte("\r\n\r\n"))
 	}()
 	s := start(t, "FAILOVER_TARGET_0_URL=http://"+ln.Addr().String()+"/v1")
 	req, _ := http.NewRequest("POST", s.URL+"/chat/completions", strings.NewReader(streamBody))
@@ -556,7 +556,7 @@ func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
 func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
 	var z bytes.Buffer
 	zw := gzip.NewWriter(&z)
-	zw.Write([]byte(joined(pt.ChatStream(0, "Hello")))) //nolint:errcheck
+	zw.Write([]byte(joined(pt.ChatStream(0, "Hello"))))
 	zw.Close()
 	step := pt.SSE(pt.Chunk{Data: z.String()})
 	step.Header = append(step.Header, "Content-Encoding: gzip")

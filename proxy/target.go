@@ -51,6 +51,14 @@ type Target struct {
 	bgProbe  atomic.Bool
 }
 
+// targetFields are the parsed forms of a target's _HEADERS, _MODELS and _PATHS
+// (TargetConfig.fields). Immutable once parsed: targets share them with their configuration.
+type targetFields struct {
+	headers [][2][]byte
+	models  []modelPattern
+	paths   [][]byte
+}
+
 type modelPattern struct {
 	text   []byte
 	prefix bool // "gpt-4o*"
@@ -91,17 +99,13 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots
 			t.authName, t.authValue = []byte("Api-Key"), []byte(tc.APIKey)
 		}
 	}
-	if t.headers, err = parseHeaders(tc.Headers); err != nil {
+	f, err := tc.fields()
+	if err != nil {
 		return nil, err
 	}
+	t.headers, t.models, t.paths = f.headers, f.models, f.paths
 	if tc.Model != "" {
 		t.model = []byte(tc.Model)
-	}
-	if t.models, err = parseModels(tc.Models); err != nil {
-		return nil, err
-	}
-	if t.paths, err = parsePaths(tc.Paths); err != nil {
-		return nil, err
 	}
 	t.health = budget.NewHealth(b)
 	var tlsConfig *tls.Config

@@ -137,7 +137,8 @@ func (c *upConn) close() {
 // keep a request whose client left going until it is done. A slice that ends without data is
 // never seen by fasthttp's parsers, only those three endings are; the reader records which one
 // it was in why, because the parsers wrap the error they get (fasthttp.ErrBrokenChunk does not
-// unwrap). Owned by the attempt using the connection.
+// unwrap). Owned by the attempt using the connection; its watchers run on the reading
+// goroutine (exchange.clientGone says how the client's departure is seen).
 type pollReader struct {
 	conn     net.Conn
 	sock     *rawSocket  // reads conn's socket when not nil (not under TLS)
@@ -543,7 +544,7 @@ func (c *upConn) writeWatched(p []byte, gone, stop func() bool) (waited time.Dur
 // abortWrite ends a write blocked on c (from the goroutine of a watch): the connection is
 // dropped after it.
 func (c *upConn) abortWrite() {
-	c.conn.SetWriteDeadline(time.Unix(1, 0)) //nolint:errcheck // a closed connection has no write to end
+	c.conn.SetWriteDeadline(time.Unix(1, 0)) // a closed connection has no write to end
 }
 
 // watch asks a client's watchers (it left; the shutdown timeout passed) every pollInterval,
@@ -551,6 +552,10 @@ func (c *upConn) abortWrite() {
 // a dial, a TLS handshake, a request write (a tls.Conn whose write timed out is broken for
 // good). When one says stop, it calls abort once. It starts a goroutine: only for calls that
 // already cost far more (a dial) or that already wait.
+//
+// The watchers run on the watch's goroutine and may write their owner's state
+// (exchange.clientGone does): the owner must not touch that state between startWatch and end,
+// and end, which waits for the goroutine to exit, orders those writes before what follows it.
 type watch struct {
 	quit chan struct{}
 	done chan struct{}
@@ -593,25 +598,11 @@ func (w *watch) end() error {
 	return w.why
 }
 
-// write writes p on the connection: through rawSocket on TCP.
-func (c *upConn) write(p []byte) (int, error) {
-	if c.raw != nil {
-		return c.sock.write(p)
-	}
-	return c.conn.Write(p)
-}
-
 // maxCopiedBody is the largest request body writeRequest copies behind the head.
 const maxCopiedBody = 32 << 10
 
 // requestBuffers lend writeRequest the buffer a request is assembled in, for one write.
 var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxCopiedBody+4<<10); return &b }}
-
-// errClientGone is the error of a wait cut short because the client disconnected.
-var errClientGone = errors.New("client went away")
-
-// errDeadline is the error of a wait that reached its deadline.
-var errDeadline = errors.New("deadline reached")
 
 func isTimeout(err error) bool {
 	if errors.Is(err, os.ErrDeadlineExceeded) {

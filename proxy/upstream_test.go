@@ -40,7 +40,7 @@ func TestStalePooledConnectionIsRedialled(t *testing.T) {
 		},
 		IdleTimeout: 100 * time.Millisecond, // closes keep-alive connections soon after each answer
 	}
-	go srv.Serve(ln) //nolint:errcheck
+	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	second := upstream(t)
 	s := start(t, targets("http://"+ln.Addr().String()+"/v1", second.URL)...)
@@ -107,7 +107,7 @@ func TestAnswerWithoutContentTypeGetsNone(t *testing.T) {
 			ctx.SetBodyString(pt.ChatCompletion("hi"))
 		},
 	}
-	go srv.Serve(ln) //nolint:errcheck
+	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	s := start(t, "FAILOVER_TARGET_0_URL=http://"+ln.Addr().String()+"/v1", "FAILOVER_MAX_RESPONSE_BYTES=1KiB")
 	for _, body := range []string{chatBody, `{"model":"big"}`} {
@@ -169,7 +169,7 @@ func burstTarget(t *testing.T, scheme string) (url string, port int, roots *x509
 		},
 		IdleTimeout: 200 * time.Millisecond, // closes keep-alive connections soon after each answer
 	}
-	go srv.Serve(ln) //nolint:errcheck
+	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	return "http://" + ln.Addr().String() + "/v1", ln.Addr().(*net.TCPAddr).Port, nil
 }
@@ -187,7 +187,7 @@ func tlsTarget(t *testing.T, idle time.Duration) (up *httptest.Server, roots *x5
 			time.Sleep(100 * time.Millisecond)
 		}
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, pt.ChatCompletion("hi")) //nolint:errcheck
+		io.WriteString(w, pt.ChatCompletion("hi"))
 	}))
 	up.Config.IdleTimeout = idle
 	up.Config.ErrorLog = log.New(io.Discard, "", 0)

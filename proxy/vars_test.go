@@ -11,8 +11,8 @@ import (
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
-// TestZeroDisablesALimit runs the sidecar with each limit that SPEC section 3 and the README
-// say 0 disables set to 0, and an answer that the limit's default would not stop but a small
+// TestZeroDisablesALimit runs the sidecar with each limit that the README (Configuration
+// reference) says 0 disables set to 0, and an answer that the limit's default would not stop but a small
 // limit would, so a 0 taken as "nothing allowed" fails the row.
 func TestZeroDisablesALimit(t *testing.T) {
 	stream := `{"model":"m","stream":true}`
@@ -37,7 +37,7 @@ func TestZeroDisablesALimit(t *testing.T) {
 		// 0 = buffer everything: a 503 is read whole and transferred from, not committed.
 		{"FAILOVER_MAX_RESPONSE_BYTES=0", []pt.Step{pt.JSON(503, `{"error":{"message":"`+strings.Repeat("x", 64<<10)+`","type":"server_error"}}`)}, chatBody, 1, "t1", false},
 		// 0 = commit at headers: an in-stream error is not judged, so no transfer; the client
-		// gets the error event and a body that does not end cleanly (SPEC section 6).
+		// gets the error event and a body that does not end cleanly (README, Streams: the pre-commit peek).
 		{"FAILOVER_PEEK_BYTES=0", []pt.Step{pt.SSE(pt.Events(0, pt.ChatError("boom", "server_error", ""))...)}, stream, 1, "t0", true},
 		// 0 = never wait on Retry-After: a 429 asking for 1 s transfers although retries are left.
 		{"FAILOVER_RETRY_AFTER_MAX=0", []pt.Step{pt.RateLimited(pt.RetryAfterSeconds(1)), pt.JSON(200, pt.ChatCompletion("a"))}, chatBody, 1, "t1", false},

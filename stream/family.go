@@ -16,9 +16,11 @@ const (
 	Messages                // /v1/messages (Anthropic)
 	Image                   // /v1/images/...
 	Other                   // anything else
+
+	NumFamilies // number of families, for tables indexed by Family
 )
 
-var familyNames = [...]string{Chat: "chat", Responses: "responses", Messages: "messages", Image: "image", Other: "other"}
+var familyNames = [NumFamilies]string{Chat: "chat", Responses: "responses", Messages: "messages", Image: "image", Other: "other"}
 
 // String returns the family's name as used in logs and metric labels.
 func (f Family) String() string {

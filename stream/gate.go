@@ -40,9 +40,11 @@ const (
 	// ReasonHeaders means the Gate committed at headers (image, or a peek
 	// limit of 0).
 	ReasonHeaders
+
+	NumCommitReasons // number of reasons, for tables indexed by CommitReason
 )
 
-var reasonNames = [...]string{ReasonContent: "content", ReasonPeekLimit: "peek_limit", ReasonHeaders: "headers"}
+var reasonNames = [NumCommitReasons]string{ReasonContent: "content", ReasonPeekLimit: "peek_limit", ReasonHeaders: "headers"}
 
 // String returns the reason as used in metric labels: "content",
 // "peek_limit", "headers".

@@ -576,8 +576,8 @@ func TestGatePeekLimit(t *testing.T) {
 
 // TestGatePeekLimitIndependentOfReads feeds the same bytes in one read, split in two at
 // every position, and byte by byte: only events that end within the peek limit are judged,
-// so the decision never depends on where the reads were cut (SPEC section 6, "reaching it
-// commits").
+// so the decision never depends on where the reads were cut (README, Streams: the pre-commit
+// peek, "Reaching FAILOVER_PEEK_BYTES commits").
 func TestGatePeekLimitIndependentOfReads(t *testing.T) {
 	const comment = ": keep-alive padding padding padding\n\n"
 	pad := strings.Repeat(comment, 2048/len(comment)+1)

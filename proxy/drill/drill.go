@@ -1,4 +1,4 @@
-// Package drill plays the sidecar's failure drills (SPEC section 9): the real proxy code path,
+// Package drill plays the sidecar's failure drills (README, Quick start): the real proxy code path,
 // in-process, with the effective policy from the environment, against simulated upstreams on
 // loopback. It prints what the policy did in each scenario and checks the invariants that hold
 // under any policy. It needs no keys and no network.
@@ -354,7 +354,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		r.problems = append(r.problems, "[one final answer per request] "+err.Error())
 		return r
 	}
-	go srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+	go srv.Serve(ln) // ends at Shutdown
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -436,7 +436,7 @@ func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream,
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 		if resp, err := http.DefaultClient.Do(req); err == nil {
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck // only the ledger matters here
+			io.Copy(io.Discard, resp.Body) // only the ledger matters here
 			resp.Body.Close()
 		}
 		waitRecord(log, rid)

@@ -128,7 +128,7 @@ func TestDrill(t *testing.T) {
 	}
 }
 
-// SPEC 9: the drill needs no keys. With the deployment's env file, whose keys are in files
+// The drill needs no keys (README, Quick start). With the deployment's env file, whose keys are in files
 // mounted only where the sidecar runs, it still runs; the start itself still needs the files.
 func TestDrillWithKeyFilesNotMounted(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "env", "openai-anthropic.env"))

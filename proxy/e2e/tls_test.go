@@ -113,7 +113,7 @@ func TestHTTPSTargets(t *testing.T) {
 	}
 	for _, line := range strings.Split(logs2.String(), "\n") {
 		if strings.Contains(line, `"msg":"request"`) {
-			json.Unmarshal([]byte(line), &rec) //nolint:errcheck // checked below
+			json.Unmarshal([]byte(line), &rec) // checked below
 		}
 	}
 	if len(rec.Ledger) != 2 || rec.Ledger[0].Class != "tls" || rec.Ledger[0].Action != "transfer" {

@@ -103,7 +103,7 @@ func rawExchange(addr string, payload []byte, wait time.Duration, closeWrite, ch
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(wait))
-	c.Write(payload) //nolint:errcheck // the server may refuse before reading it all
+	c.Write(payload) // the server may refuse before reading it all
 	if closeWrite {
 		c.(*net.TCPConn).CloseWrite()
 	}
@@ -560,7 +560,7 @@ func dripUntilCut(addr, first, drip string, limit time.Duration) string {
 		case <-time.After(100 * time.Millisecond):
 		}
 		if drip != "" {
-			c.Write([]byte{drip[i%len(drip)]}) //nolint:errcheck // the read side reports the end
+			c.Write([]byte{drip[i%len(drip)]}) // the read side reports the end
 		}
 	}
 }
@@ -676,14 +676,14 @@ func TestSplitRequestsAreServed(t *testing.T) {
 	for i := 1; i < len(req); i++ {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		before := up.Calls()
-		c.Write([]byte(req[:i])) //nolint:errcheck // the read below reports a failure
+		c.Write([]byte(req[:i])) // the read below reports a failure
 		time.Sleep(2 * time.Millisecond)
-		c.Write([]byte(req[i:])) //nolint:errcheck
+		c.Write([]byte(req[i:]))
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatalf("split at %d (%q|%q): %v", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], err)
 		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 || up.Calls() != before+1 || string(up.Requests()[before].Body) != body {
 			t.Fatalf("split at %d (%q|%q): status %d", i, req[max(i-8, 0):i], req[i:min(i+8, len(req))], resp.StatusCode)
@@ -714,7 +714,7 @@ func rawParts(addr string, parts []string, wait time.Duration) rawAnswers {
 		if i > 0 {
 			time.Sleep(50 * time.Millisecond)
 		}
-		c.Write([]byte(p)) //nolint:errcheck // the server may refuse before reading it all
+		c.Write([]byte(p)) // the server may refuse before reading it all
 	}
 	br := bufio.NewReader(c)
 	read := func() rawAnswer {

@@ -335,7 +335,7 @@ func TestSoak(t *testing.T) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		srv.Serve(ln) //nolint:errcheck // ends at Shutdown
+		srv.Serve(ln) // ends at Shutdown
 	}()
 	shutdown := sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -105,7 +105,7 @@ func New(script ...Step) (*Upstream, error) {
 	// as it arrived, not parsed into a form and encoded again.
 	u.srv = &fasthttp.Server{Handler: u.handle, NoDefaultServerHeader: true, NoDefaultDate: true, Logger: quiet{}, KeepHijackedConns: true,
 		ReadBufferSize: 64 << 10, MaxRequestBodySize: 32 << 20, DisablePreParseMultipartForm: true}
-	go u.srv.Serve(ln) //nolint:errcheck // ends at Close
+	go u.srv.Serve(ln) // ends at Close
 	return u, nil
 }
 
@@ -115,7 +115,7 @@ func (quiet) Printf(string, ...any) {}
 
 // Close stops the upstream and every connection it holds.
 func (u *Upstream) Close() {
-	u.srv.Shutdown() //nolint:errcheck // test helper
+	u.srv.Shutdown() // test helper
 	u.ln.Close()
 	u.wg.Wait()
 }
@@ -231,7 +231,7 @@ func (u *Upstream) play(c net.Conn, s Step) {
 	go func() {
 		// The request was read already; a read that returns means the peer closed (or sent
 		// another request, which this upstream does not serve on a hijacked connection).
-		io.Copy(io.Discard, c) //nolint:errcheck
+		io.Copy(io.Discard, c)
 		close(peerGone)
 	}()
 	wait := func(d time.Duration) bool {
@@ -264,7 +264,7 @@ func (u *Upstream) play(c net.Conn, s Step) {
 		c.Close()
 		return
 	case FaultGarbage:
-		c.Write([]byte(garbage)) //nolint:errcheck
+		c.Write([]byte(garbage))
 		c.Close()
 		return
 	case FaultStall:
@@ -275,10 +275,10 @@ func (u *Upstream) play(c net.Conn, s Step) {
 	case FaultResetAfter, FaultStallAfter, FaultCloseAfter, FaultGarbageAfter:
 		n := min(s.FaultBytes, len(raw.head)+len(raw.body))
 		all := append(append([]byte(nil), raw.head...), raw.body...)
-		c.Write(all[:n]) //nolint:errcheck
+		c.Write(all[:n])
 		switch s.Fault {
 		case FaultGarbageAfter:
-			c.Write([]byte(garbage)) //nolint:errcheck
+			c.Write([]byte(garbage))
 			time.Sleep(10 * time.Millisecond)
 			c.Close()
 			return
@@ -311,7 +311,7 @@ func (u *Upstream) play(c net.Conn, s Step) {
 		return
 	}
 	if len(s.Chunks) == 0 {
-		c.Write(raw.body) //nolint:errcheck
+		c.Write(raw.body)
 		c.Close()
 		return
 	}
@@ -327,7 +327,7 @@ func (u *Upstream) play(c net.Conn, s Step) {
 		}
 	}
 	if s.Fault != FaultTruncate {
-		c.Write([]byte("0\r\n\r\n")) //nolint:errcheck
+		c.Write([]byte("0\r\n\r\n"))
 		// Keep the connection open briefly so a clean end is not also a close.
 		wait(50 * time.Millisecond)
 	}

@@ -90,8 +90,8 @@ func StartWith(t testing.TB, cfg *proxy.Config, o Options) *Sidecar {
 	if o.Wrap != nil {
 		served = o.Wrap(ln)
 	}
-	go srv.Serve(served)    //nolint:errcheck // ends at Shutdown
-	go srv.ServeProbes(mln) //nolint:errcheck // ends at Shutdown
+	go srv.Serve(served)    // ends at Shutdown
+	go srv.ServeProbes(mln) // ends at Shutdown
 	s := &Sidecar{T: t, Srv: srv, Config: cfg, URL: "http://" + ln.Addr().String() + "/v1", Addr: ln.Addr().String(),
 		Metrics: "http://" + mln.Addr().String(), Log: buf}
 	t.Cleanup(func() {

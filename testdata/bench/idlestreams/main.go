@@ -108,7 +108,7 @@ func run(n int, bin string, parallel int, settle time.Duration) error {
 		return err
 	}
 	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may be gone already
+		cmd.Process.Signal(syscall.SIGTERM) // it may be gone already
 		waitOrKill(cmd, 10*time.Second)
 	}()
 	pid := cmd.Process.Pid
@@ -258,7 +258,7 @@ func runUpstream() error {
 		return err
 	}
 	fmt.Println(up.addr)
-	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // EOF: the parent is done
+	io.Copy(io.Discard, os.Stdin) // EOF: the parent is done
 	up.close()
 	return nil
 }
@@ -330,7 +330,7 @@ func (u *upstream) serve(c net.Conn, opening, healthy []byte) {
 		if _, err := c.Write(opening); err != nil {
 			return
 		}
-		io.Copy(io.Discard, c) //nolint:errcheck // silent until the sidecar closes
+		io.Copy(io.Discard, c) // silent until the sidecar closes
 		return
 	}
 }
@@ -390,7 +390,7 @@ func oneShot(addr string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
@@ -461,11 +461,11 @@ func scrape(url, name string) float64 {
 // waitOrKill waits for a child asked to end, and kills it if it has not after d.
 func waitOrKill(cmd *exec.Cmd, d time.Duration) {
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // ended on purpose
+	go func() { cmd.Wait(); close(done) }() // ended on purpose
 	select {
 	case <-done:
 	case <-time.After(d):
-		cmd.Process.Kill() //nolint:errcheck
+		cmd.Process.Kill()
 		<-done
 	}
 }

@@ -99,7 +99,7 @@ func main() {
 		return
 	}
 	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(res) //nolint:errcheck // stdout
+		json.NewEncoder(os.Stdout).Encode(res) // stdout
 		return
 	}
 	fmt.Printf("%s: %d conns, %.0f req/s target, %s (after %s warm-up)\n", cfg.url, res.Conns, res.TargetRate, cfg.duration, cfg.warmup)
@@ -256,7 +256,7 @@ func (r *run) dial() {
 	if err != nil {
 		return
 	}
-	c.SetDeadline(r.deadline) //nolint:errcheck // a fresh connection
+	c.SetDeadline(r.deadline) // a fresh connection
 	r.conn = c
 	if r.br == nil {
 		r.br = bufio.NewReaderSize(c, 64<<10)

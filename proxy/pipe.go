@@ -1,214 +1,15 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
 	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
 )
-
-// errShutdown ends a wait when the shutdown timeout has passed.
-var errShutdown = errors.New("the sidecar is shutting down")
-
-// commit sends attempt a's answer to the client: the held response, or its headers and then a
-// body piped from the upstream (an SSE stream, an image, a response past the buffer).
-func (ex *exchange) commit(a *attempt, outcome Outcome) {
-	ctx := ex.ctx
-	ex.outcome, ex.status = outcome, a.status
-	ex.served(a.t)
-	ex.copyResponseHeaders()
-	ctx.SetStatusCode(a.status)
-	ex.setFailoverHeaders(a.t)
-	if a.sse && a.ended && ex.gate.Finished() && !ex.gate.Failed() {
-		// The whole stream, terminal event included, arrived before commit: it goes out in one
-		// write, like a held response, and the upstream connection goes back to the pool.
-		ex.srv.metrics.streamCommits[a.commitReason].Inc()
-		ctx.Response.SetBody(ex.gate.Held())
-		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
-		ex.closeConn()
-		return
-	}
-	if a.sse || a.pipeRest && ex.body.has() {
-		ex.startStream(a)
-		return
-	}
-	ex.respBody = ctx.Response.SwapBody(a.body)[:0]
-	ex.closeConn()
-}
-
-// answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last
-// attempt's upstream answer when there was one, else a family-shaped error of the sidecar's
-// own (SPEC sections 5 and 7).
-func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
-	ctx := ex.ctx
-	ex.outcome, ex.status = outcome, v.Status
-	if outcome == OutcomeCancelled || ex.gone {
-		// Nobody is listening: close the connection instead of writing an answer.
-		ex.outcome, ex.status = OutcomeCancelled, 499
-		ctx.SetConnectionClose()
-		ctx.SetStatusCode(499)
-		ex.closeConn()
-		return
-	}
-	switch a.kind {
-	case classify.KindStreamCommit:
-		// A success rule matched every candidate: the last stream is still the best answer,
-		// and from here it is a committed stream like any other.
-		if r := ex.ledger.last(); r != nil {
-			r.phase = PhaseCommitted
-		}
-		ex.commit(a, outcome)
-		return
-	case classify.KindResponse:
-		switch v.Class {
-		case classify.ClassEmptyResponse:
-			writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned empty response")
-		case classify.ClassNoChoices:
-			writeError(ctx, ex.family, v.Status, codeNoChoices, "provider returned no choices")
-		case classify.ClassBadResponse:
-			// An unasked-for 101 (or another final 1xx) is never the client's answer.
-			writeError(ctx, ex.family, v.Status, codeBadResponse, "provider returned an informational status as its answer")
-		default:
-			status := a.status
-			if v.Class == classify.ClassErrorBody {
-				status = v.Status // a 200 that carried an error goes back with the error's status
-			}
-			a.status = status
-			ex.commit(a, outcome)
-			ex.status = status
-			return
-		}
-		ex.served(a.t)
-	case classify.KindStreamError:
-		ex.served(a.t)
-		switch shaped, bare := scanErrorShape(a.body); {
-		case shaped:
-			ctx.SetStatusCode(v.Status)
-			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
-			ctx.Response.SetBody(a.body)
-		case bare:
-			// An error object without its wrapper (llama.cpp's error: field carries
-			// {"code":400,"message":...,"type":...}): wrapped in the family's shape, so the
-			// client sees the provider's message, not only that the stream failed.
-			ctx.SetStatusCode(v.Status)
-			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
-			ctx.Response.ResetBody()
-			if ex.family == stream.Messages {
-				ctx.Response.AppendBodyString(`{"type":"error","error":`)
-			} else {
-				ctx.Response.AppendBodyString(`{"error":`)
-			}
-			ctx.Response.AppendBody(bytes.TrimSpace(a.body))
-			ctx.Response.AppendBodyString("}")
-		default:
-			writeError(ctx, ex.family, v.Status, codeStreamError, "the provider's stream failed before any output")
-		}
-	case classify.KindStreamEmpty:
-		ex.served(a.t)
-		writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned an empty stream")
-	default: // no HTTP answer
-		code, msg := codeUnreachable, "no target could be reached ("+v.Class.String()+")"
-		switch {
-		case ex.srv.abort.Load():
-			code, msg = codeShuttingDown, "the sidecar is shutting down"
-			v.Status = fasthttp.StatusServiceUnavailable
-		case v.Status == fasthttp.StatusGatewayTimeout:
-			code, msg = codeTimeout, "the upstream did not answer in time"
-		}
-		ex.status = v.Status
-		writeError(ctx, ex.family, v.Status, code, msg)
-	}
-	ex.setFailoverHeaders(ex.servedBy)
-	ex.closeConn()
-}
-
-// served records that target t answered: its answer, or the sidecar's error about it, goes
-// back. When t substituted the model, that is the model the answer was produced for
-// (X-Failover-Model, served_model), whether the answer is a success or not.
-func (ex *exchange) served(t *Target) {
-	ex.servedBy = t
-	if t.model != nil && ex.fields.modelStart >= 0 {
-		ex.servedModel = t.model
-	}
-}
-
-// scanErrorShape reports whether an in-stream error payload is already an error document an
-// SDK understands: a top-level "error" (OpenAI) or "type":"error" (Anthropic, Responses); or,
-// bare, a JSON object that is the error itself (a "message" string at its top level).
-func scanErrorShape(b []byte) (shaped, bare bool) {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false, false
-	}
-	message := false
-	i = skipWS(b, i+1)
-	for i < len(b) && b[i] == '"' {
-		keyEnd := skipString(b, i)
-		if keyEnd < 0 {
-			return false, false
-		}
-		key := b[i+1 : keyEnd-1]
-		i = skipWS(b, keyEnd)
-		if i >= len(b) || b[i] != ':' {
-			return false, false
-		}
-		i = skipWS(b, i+1)
-		valStart := i
-		if i = skipValue(b, i); i < 0 {
-			return false, false
-		}
-		val := b[valStart:i]
-		if string(key) == "error" && string(val) != "null" || string(key) == "type" && string(val) == `"error"` {
-			return true, false
-		}
-		message = message || string(key) == "message" && val[0] == '"'
-		if i = skipWS(b, i); i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
-		}
-	}
-	return false, message && scanRequest(b).json
-}
-
-// copyResponseHeaders copies the upstream's response headers to the client, minus hop-by-hop
-// headers (and those its Connection lines name) and the upstream's X-Failover-*.
-func (ex *exchange) copyResponseHeaders() {
-	up := &ex.upResp.Header
-	h := &ex.ctx.Response.Header
-	up.CopyTo(h)
-	// CopyTo also copies the upstream header's own "no default Content-Type" flag, which is
-	// off: an answer without a Content-Type would reach the client as text/plain.
-	h.SetNoDefaultContentType(true)
-	dropHopByHop(h, up.PeekAll(stringConnection))
-	h.ResetConnectionClose()
-	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
-	// req_..., the one its support asks for) goes back under a name of its own.
-	if id := up.PeekBytes(headerRequestID); len(id) > 0 && !bytes.Equal(id, ex.requestID) {
-		h.SetCanonical(headerUpstreamID, id)
-	}
-}
-
-// setFailoverHeaders adds X-Failover-* and X-Request-Id to the answer.
-func (ex *exchange) setFailoverHeaders(served *Target) {
-	h := &ex.ctx.Response.Header
-	// SetCanonical: the names are written in canonical form, so fasthttp need not normalise them.
-	if served != nil {
-		h.SetCanonical(headerTarget, served.name)
-	}
-	var num [20]byte
-	h.SetCanonical(headerAttempts, strconv.AppendInt(num[:0], int64(ex.ledger.n), 10))
-	if ex.servedModel != nil {
-		h.SetCanonical(headerModel, ex.servedModel)
-	}
-	h.SetCanonical(headerRequestID, ex.requestID)
-}
 
 // pipe is a committed body that is still arriving: an SSE stream, an image, a response past
 // FAILOVER_MAX_RESPONSE_BYTES. The held bytes go first, byte for byte, then the rest of the
@@ -220,7 +21,7 @@ func (ex *exchange) setFailoverHeaders(served *Target) {
 // and only a small stack; with fasthttp's SetBodyStream an idle stream kept its worker
 // goroutine's grown stack, a copy buffer, a write buffer and the request context for its whole
 // life. A clean end hands the connection back to the server for the client's next request.
-// Part of the exchange; owned by the stream goroutine once the handler returns.
+// Part of the exchange; owned with it by the stream goroutine from the hijack on (see exchange).
 type pipe struct {
 	ex        *exchange
 	a         *attempt
@@ -243,7 +44,8 @@ type pipe struct {
 }
 
 // startStream sends attempt a's answer as a stream: headers now, the body from the stream
-// goroutine once the handler returns.
+// goroutine once the handler returns. It hands the exchange over (see exchange): the handler
+// must not finish it, and after the hijack the stream goroutine owns it.
 func (ex *exchange) startStream(a *attempt) {
 	ctx := ex.ctx
 	p := &ex.pipe
@@ -286,14 +88,6 @@ func (ex *exchange) startStream(a *attempt) {
 	ctx.Hijack(ex.hijackFn)
 }
 
-// hijacked runs in the goroutine fasthttp starts for a hijacked connection: it hands the
-// stream to a goroutine of its own and returns, so fasthttp releases the request context (and
-// the client's request body) now rather than when the stream ends.
-func (ex *exchange) hijacked(c net.Conn) {
-	ex.ctx = nil
-	go ex.serveStream(c)
-}
-
 // serveStream writes the committed stream to the client connection c, ends the request, and
 // then serves the connection's next requests (or closes it).
 func (ex *exchange) serveStream(c net.Conn) {
@@ -304,9 +98,9 @@ func (ex *exchange) serveStream(c net.Conn) {
 	}
 	clean, clientLeft := p.run(w)
 	keepAlive := clean && !clientLeft && p.keepAlive
-	p.end(clientLeft) // the exchange goes back to the pool here
+	p.end(clientLeft) // finishes the exchange: nothing of it (p included) is read below
 	if keepAlive && !s.closing.Load() {
-		w.SetWriteDeadline(time.Time{}) //nolint:errcheck // fasthttp sets none of its own: the stream's must not stay
+		w.SetWriteDeadline(time.Time{}) // fasthttp sets none of its own: the stream's must not stay
 		serve := c
 		if cc, ok := w.(*clientConn); ok {
 			// The client connection itself is served, not fasthttp's wrapper of it: the next
@@ -324,7 +118,7 @@ func (ex *exchange) serveStream(c net.Conn) {
 			defer s.handedBack.Delete(cc)
 		}
 		if !s.closing.Load() {
-			s.proxy.ServeConn(serve) //nolint:errcheck // the connection's own end: nothing to report
+			s.proxy.ServeConn(serve) // the connection's own end: nothing to report
 			return
 		}
 	}
@@ -582,12 +376,12 @@ write:
 // stream, the upstream connection and the provider's generation for ever.
 func (p *pipe) armWrite(w net.Conn) {
 	if idle := p.ex.srv.cfg.Server.IdleTimeout; idle > 0 {
-		w.SetWriteDeadline(time.Now().Add(idle)) //nolint:errcheck // a closed connection fails the write that follows
+		w.SetWriteDeadline(time.Now().Add(idle)) // a closed connection fails the write that follows
 	}
 }
 
 // end records how the stream ended: the final outcome goes through the decision function like
-// every other, then the request is finished.
+// every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
 	s := ex.srv
@@ -622,43 +416,4 @@ func (p *pipe) end(clientLeft bool) {
 	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
 	ex.closeConn()
 	ex.finish()
-}
-
-// waitIdle arms c's reads with deadline and the client and shutdown watchers, and waits for
-// the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
-// read buffer while it waits. The reads that follow (a chunk's framing split across packets)
-// stay armed.
-func (ex *exchange) waitIdle(c *upConn, deadline time.Time) error {
-	if c.raw == nil || c.buffered() > 0 {
-		return ex.waitData(c, deadline)
-	}
-	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
-	c.releaseReader()
-	start := time.Now()
-	err := c.rd.waitReadable(c.raw)
-	ex.waited += time.Since(start)
-	return err
-}
-
-// finish ends the request: metrics, the ledger record, and the exchange goes back to the pool.
-func (ex *exchange) finish() {
-	s := ex.srv
-	ex.closeConn()
-	ex.duration = time.Since(ex.start)
-	m := s.metrics
-	m.requests[ex.family][ex.outcome].Inc()
-	m.duration[ex.family].Update(ex.duration.Seconds())
-	m.overhead.Update(max(ex.duration-ex.waited, 0).Seconds())
-	ex.logRequest()
-	ex.ctx, ex.reqBody, ex.upBody = nil, nil, nil
-	ex.pipe = pipe{head: ex.pipe.head[:0], tail: ex.pipe.tail[:0]}
-	if cap(ex.respBody) > 1<<20 {
-		ex.respBody = nil
-	}
-	if cap(ex.subBody) > 1<<20 {
-		ex.subBody = nil
-	}
-	m.inflight.Add(-1)
-	s.active.Add(-1)
-	s.pool.Put(ex)
 }

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
+)
+
+// reject answers with a sidecar error of its own: before any attempt, or after some when the
+// shutdown timeout ends the sweep. X-Failover-Attempts says how many were made (0 before any).
+func (ex *exchange) reject(status int, code, message string) {
+	ex.outcome, ex.status = OutcomeRejected, status
+	writeError(ex.ctx, ex.family, status, code, message)
+	ex.setFailoverHeaders(nil)
+}
+
+// commit sends attempt a's answer to the client: the held response, or its headers and then a
+// body piped from the upstream (an SSE stream, an image, a response past the buffer).
+func (ex *exchange) commit(a *attempt, outcome Outcome) {
+	ctx := ex.ctx
+	ex.outcome, ex.status = outcome, a.status
+	ex.served(a.t)
+	ex.copyResponseHeaders()
+	ctx.SetStatusCode(a.status)
+	ex.setFailoverHeaders(a.t)
+	if a.sse && a.ended && ex.gate.Finished() && !ex.gate.Failed() {
+		// The whole stream, terminal event included, arrived before commit: it goes out in one
+		// write, like a held response, and the upstream connection goes back to the pool.
+		ex.srv.metrics.streamCommits[a.commitReason].Inc()
+		ctx.Response.SetBody(ex.gate.Held())
+		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
+		ex.closeConn()
+		return
+	}
+	if a.sse || a.pipeRest && ex.body.has() {
+		ex.startStream(a)
+		return
+	}
+	ex.respBody = ctx.Response.SwapBody(a.body)[:0]
+	ex.closeConn()
+}
+
+// answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last
+// attempt's upstream answer when there was one, else a family-shaped error of the sidecar's
+// own (README, The decision order, and Errors the sidecar makes).
+func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
+	ctx := ex.ctx
+	ex.outcome, ex.status = outcome, v.Status
+	if outcome == OutcomeCancelled || ex.gone {
+		// Nobody is listening: close the connection instead of writing an answer.
+		ex.outcome, ex.status = OutcomeCancelled, 499
+		ctx.SetConnectionClose()
+		ctx.SetStatusCode(499)
+		ex.closeConn()
+		return
+	}
+	switch a.kind {
+	case classify.KindStreamCommit:
+		// A success rule matched every candidate: the last stream is still the best answer,
+		// and from here it is a committed stream like any other.
+		if r := ex.ledger.last(); r != nil {
+			r.phase = PhaseCommitted
+		}
+		ex.commit(a, outcome)
+		return
+	case classify.KindResponse:
+		switch v.Class {
+		case classify.ClassEmptyResponse:
+			writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned empty response")
+		case classify.ClassNoChoices:
+			writeError(ctx, ex.family, v.Status, codeNoChoices, "provider returned no choices")
+		case classify.ClassBadResponse:
+			// An unasked-for 101 (or another final 1xx) is never the client's answer.
+			writeError(ctx, ex.family, v.Status, codeBadResponse, "provider returned an informational status as its answer")
+		default:
+			status := a.status
+			if v.Class == classify.ClassErrorBody {
+				status = v.Status // a 200 that carried an error goes back with the error's status
+			}
+			a.status = status
+			ex.commit(a, outcome)
+			ex.status = status
+			return
+		}
+		ex.served(a.t)
+	case classify.KindStreamError:
+		ex.served(a.t)
+		switch shaped, bare := scanErrorShape(a.body); {
+		case shaped:
+			ctx.SetStatusCode(v.Status)
+			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+			ctx.Response.SetBody(a.body)
+		case bare:
+			// An error object without its wrapper (llama.cpp's error: field carries
+			// {"code":400,"message":...,"type":...}): wrapped in the family's shape, so the
+			// client sees the provider's message, not only that the stream failed.
+			ctx.SetStatusCode(v.Status)
+			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
+			ctx.Response.ResetBody()
+			if ex.family == stream.Messages {
+				ctx.Response.AppendBodyString(`{"type":"error","error":`)
+			} else {
+				ctx.Response.AppendBodyString(`{"error":`)
+			}
+			ctx.Response.AppendBody(bytes.TrimSpace(a.body))
+			ctx.Response.AppendBodyString("}")
+		default:
+			writeError(ctx, ex.family, v.Status, codeStreamError, "the provider's stream failed before any output")
+		}
+	case classify.KindStreamEmpty:
+		ex.served(a.t)
+		writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned an empty stream")
+	default: // no HTTP answer
+		code, msg := codeUnreachable, "no target could be reached ("+v.Class.String()+")"
+		switch {
+		case ex.srv.abort.Load():
+			code, msg = codeShuttingDown, "the sidecar is shutting down"
+			v.Status = fasthttp.StatusServiceUnavailable
+		case v.Status == fasthttp.StatusGatewayTimeout:
+			code, msg = codeTimeout, "the upstream did not answer in time"
+		}
+		ex.status = v.Status
+		writeError(ctx, ex.family, v.Status, code, msg)
+	}
+	ex.setFailoverHeaders(ex.servedBy)
+	ex.closeConn()
+}
+
+// served records that target t answered: its answer, or the sidecar's error about it, goes
+// back. When t substituted the model, that is the model the answer was produced for
+// (X-Failover-Model, served_model), whether the answer is a success or not.
+func (ex *exchange) served(t *Target) {
+	ex.servedBy = t
+	if t.model != nil && ex.fields.modelStart >= 0 {
+		ex.servedModel = t.model
+	}
+}
+
+// scanErrorShape reports whether an in-stream error payload is already an error document an
+// SDK understands: a top-level "error" (OpenAI) or "type":"error" (Anthropic, Responses); or,
+// bare, a JSON object that is the error itself (a "message" string at its top level).
+func scanErrorShape(b []byte) (shaped, bare bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false, false
+	}
+	message := false
+	i = skipWS(b, i+1)
+	for i < len(b) && b[i] == '"' {
+		keyEnd := skipString(b, i)
+		if keyEnd < 0 {
+			return false, false
+		}
+		key := b[i+1 : keyEnd-1]
+		i = skipWS(b, keyEnd)
+		if i >= len(b) || b[i] != ':' {
+			return false, false
+		}
+		i = skipWS(b, i+1)
+		valStart := i
+		if i = skipValue(b, i); i < 0 {
+			return false, false
+		}
+		val := b[valStart:i]
+		if string(key) == "error" && string(val) != "null" || string(key) == "type" && string(val) == `"error"` {
+			return true, false
+		}
+		message = message || string(key) == "message" && val[0] == '"'
+		if i = skipWS(b, i); i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
+	return false, message && scanRequest(b).json
+}
