@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llm-failover/failover/budget"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -56,6 +57,48 @@ const maxAllocsServerPath = 1
 // (which allocates nothing) sends requests through Server.Serve on loopback to an upstream that
 // allocates nothing: what TestProxyAllocs leaves out (the server loop, the client connection)
 // is counted too.
+// rateLimitHeaders are the quota headers OpenAI sends on every answer, and Anthropic's, which
+// a gateway in front of both may pass on together: every one is read on every answer.
+var rateLimitHeaders = []string{
+	"x-ratelimit-limit-requests: 10000", "x-ratelimit-remaining-requests: 9999", "x-ratelimit-reset-requests: 6ms",
+	"x-ratelimit-limit-tokens: 30000000", "x-ratelimit-remaining-tokens: 29999975", "x-ratelimit-reset-tokens: 2m59.56s",
+	"anthropic-ratelimit-requests-limit: 4000", "anthropic-ratelimit-requests-remaining: 3999",
+	"anthropic-ratelimit-requests-reset: 2026-03-01T12:00:00Z",
+	"anthropic-ratelimit-input-tokens-limit: 2000000", "anthropic-ratelimit-input-tokens-remaining: 1998000",
+	"anthropic-ratelimit-input-tokens-reset: 2026-03-01T12:00:01Z",
+	"anthropic-ratelimit-output-tokens-limit: 400000", "anthropic-ratelimit-output-tokens-remaining: 0",
+	"anthropic-ratelimit-output-tokens-reset: 2099-03-01T12:00:09Z",
+}
+
+// Reading an answer's rate-limit headers (README, Rate limits) allocates nothing either, also
+// while the target is rate-limited (a spent output-token quota: the one target is tried
+// anyway, and each answer renews the limit).
+func TestProxyAllocsRateLimitHeaders(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	h := newHandlerBenchHeaders(t, false, rateLimitHeaders...)
+	h.serve(t)
+	h.serve(t)
+	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	f := h.srv.targets[0].health.RateLimit().Figures()
+	if f[budget.QuotaRequests].Remaining != 9999 || f[budget.QuotaTokens].Remaining != 29999975 ||
+		f[budget.QuotaInputTokens].Remaining != 1998000 || !f[budget.QuotaOutputTokens].HasRemaining {
+		t.Fatalf("the answers' figures were not read: %+v", f)
+	}
+	if h.srv.targets[0].health.RateLimit().Usable(h.srv.clock.Now()) {
+		t.Fatal("the spent output-token quota did not limit the target")
+	}
+	plain := newHandlerBench(t, false)
+	plain.serve(t)
+	plain.serve(t)
+	base := testing.AllocsPerRun(500, func() { plain.serve(t) })
+	t.Logf("allocations per proxied request whose answer carries rate-limit headers: %.1f (without them %.1f)", n, base)
+	if n > base {
+		t.Errorf("reading an answer's rate-limit headers allocates: %.1f allocations per request, %.1f without them", n, base)
+	}
+}
+
 func TestServerPathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
@@ -159,12 +202,19 @@ type handlerBench struct {
 
 func newHandlerBench(tb testing.TB, streaming bool) *handlerBench {
 	tb.Helper()
+	return newHandlerBenchHeaders(tb, streaming)
+}
+
+// newHandlerBenchHeaders is newHandlerBench whose upstream answers carry the header lines
+// given ("Name: value").
+func newHandlerBenchHeaders(tb testing.TB, streaming bool, header ...string) *handlerBench {
+	tb.Helper()
 	completion := benchCompletion(641)
 	var sse strings.Builder
 	for _, c := range pt.ChatStream(0, strings.Fields("Hello there! How can I help you today? I can answer questions, write, and explain things clearly")...) {
 		sse.WriteString(c.Data)
 	}
-	upAddr := startCannedUpstream(tb, cannedResponse("application/json", completion), cannedResponse("text/event-stream", sse.String()))
+	upAddr := startCannedUpstream(tb, cannedResponse("application/json", completion, header...), cannedResponse("text/event-stream", sse.String(), header...))
 
 	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + upAddr + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
 	if err != nil {
@@ -238,9 +288,14 @@ func (h *handlerBench) serve(tb testing.TB) {
 	h.out.Flush() // io.Discard
 }
 
-// cannedResponse is an HTTP/1.1 keep-alive response with a Content-Length body.
-func cannedResponse(contentType, body string) []byte {
-	return []byte("HTTP/1.1 200 OK\r\nContent-Type: " + contentType + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+// cannedResponse is an HTTP/1.1 keep-alive response with a Content-Length body, and the
+// header lines given ("Name: value").
+func cannedResponse(contentType, body string, header ...string) []byte {
+	var extra strings.Builder
+	for _, h := range header {
+		extra.WriteString(h + "\r\n")
+	}
+	return []byte("HTTP/1.1 200 OK\r\nContent-Type: " + contentType + "\r\n" + extra.String() + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
 
 // benchCompletion returns a chat completion of exactly size bytes (size >= 300).

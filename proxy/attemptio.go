@@ -180,6 +180,7 @@ func (ex *exchange) do(a *attempt) {
 		// (Options.Clock): what it gives is how long to wait from now.
 		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
 	}
+	ex.observeRateLimit(a)
 
 	success := a.status >= 200 && a.status < 300
 	switch {

@@ -817,6 +817,7 @@ func (c *Config) Describe() string {
 	line("FAILOVER_EJECT_AFTER=%d  FAILOVER_EJECT_BASE=%s  FAILOVER_EJECT_MAX=%s  FAILOVER_EJECT_SILENT=%s  FAILOVER_PROBE_INTERVAL=%s",
 		bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax), bc.EjectSilent, offText(bc.ProbeInterval))
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
+	line("FAILOVER_RATELIMIT_AWARE=%t  FAILOVER_RATELIMIT_FLOOR=%g", bc.RateLimitAware, bc.RateLimitFloor)
 	for _, l := range classify.NewPolicy(c.Classify, c.StopRules, c.SuccessRules, bc.RetryAfterMax).Describe() {
 		line("%s", l)
 	}

@@ -13,7 +13,7 @@ import (
 // failover_target_up.
 func targetState(s *sidecar.Sidecar, target string) (state string, up float64) {
 	page := s.ScrapeMetrics()
-	for _, st := range []string{"up", "cooling", "probing", "ejected"} {
+	for _, st := range []string{"up", "cooling", "probing", "ejected", "ratelimited"} {
 		if metric(page, fmt.Sprintf(`failover_target_state{target=%q,state=%q}`, target, st)) == 1 {
 			if state != "" {
 				return state + "+" + st, -1

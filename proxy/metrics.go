@@ -64,6 +64,7 @@ type serverMetrics struct {
 	budgetExhausted [numBudgets]*metrics.Counter
 	// droppedUnderscore counts the client headers with '_' in their names left behind.
 	droppedUnderscore *metrics.Counter
+	rateLimits        []*rateLimitMetrics // per target, in declared order
 }
 
 // targetMetrics are one target's series. The attempts counters are created on first use of
@@ -142,7 +143,9 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 			}
 		}
 		t.metrics = tm
+		m.rateLimits = append(m.rateLimits, newRateLimitMetrics(m.set, t))
 	}
+	m.set.RegisterMetricsWriter(func(w io.Writer) { writeRateLimitRemaining(w, m.rateLimits) })
 	return m
 }
 
@@ -179,6 +182,9 @@ func (tm *targetMetrics) attempt(c classify.Class, a classify.Action) *metrics.C
 
 // write renders every series and the Go and process metrics in Prometheus text format.
 func (m *serverMetrics) write(w io.Writer) {
+	for _, rm := range m.rateLimits {
+		rm.refresh()
+	}
 	m.set.WritePrometheus(w)
 	metrics.WriteProcessMetrics(w)
 }

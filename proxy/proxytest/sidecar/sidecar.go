@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy"
 	"github.com/llm-failover/failover/proxy/proxytest"
 )
@@ -63,6 +64,9 @@ type Options struct {
 	// RootCAs verifies https targets' certificates (proxy.Options): the CA of loopback TLS
 	// servers. nil: the system roots.
 	RootCAs *x509.CertPool
+	// Clock is the sidecar's policy time (proxy.Options.Clock): a budget.ManualClock lets a
+	// test move past an ejection or a rate limit's reset without waiting. nil: the system clock.
+	Clock budget.Clock
 }
 
 // StartWith runs a sidecar with a ready configuration and options.
@@ -74,7 +78,7 @@ func StartWith(t testing.TB, cfg *proxy.Config, o Options) *Sidecar {
 		buf = &SyncBuffer{}
 		out, level = buf, slog.LevelDebug
 	}
-	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(out, level)), RootCAs: o.RootCAs})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: slog.New(proxy.NewJSONHandler(out, level)), RootCAs: o.RootCAs, Clock: o.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
