@@ -9,12 +9,14 @@
 //	failover -check   validate the environment, print the effective policy, exit 0 or 2
 //	failover drill    play the failure drills against simulated upstreams on loopback
 //	failover healthcheck  exit 0 when the running sidecar's /healthz answers (for images without a shell)
+//	failover targets      print the running sidecar's target table (/targets)
 //
 // This file only wires: it reads the configuration, sets up logging, listeners and signals.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,12 +34,13 @@ import (
 	"github.com/llm-failover/failover/proxy/drill"
 )
 
-const usage = `usage: failover [-check | drill | healthcheck]
+const usage = `usage: failover [-check | drill | healthcheck | targets]
 
   failover              run the sidecar (configured by FAILOVER_* environment variables)
   failover -check       validate the environment, print the effective policy, exit 0 (valid) or 2
   failover drill        play the failure drills against simulated upstreams on loopback
   failover healthcheck  ask the running sidecar's /healthz (on FAILOVER_METRICS_LISTEN); exit 0 or 1
+  failover targets      print the running sidecar's target table (/targets on FAILOVER_METRICS_LISTEN); exit 0 or 1
 `
 
 func main() {
@@ -57,6 +60,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			next = "drill"
 		case "healthcheck":
 			return healthcheck(environ, stderr)
+		case "targets":
+			return targets(environ, stdout, stderr)
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return 0
@@ -156,22 +161,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 // healthcheck asks a running sidecar's /healthz on the metrics listener, for container
 // health checks in images without a shell or curl.
 func healthcheck(environ []string, stderr io.Writer) int {
-	addr := ":9464"
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "FAILOVER_METRICS_LISTEN="); ok && v != "" {
-			addr = v
-		}
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "failover: FAILOVER_METRICS_LISTEN=%s: %v\n", addr, err)
-		return 1
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	client := http.Client{Timeout: 2 * time.Second}
-	resp, err := client.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	resp, err := getMetricsListener(environ, "/healthz")
 	if err != nil {
 		fmt.Fprintf(stderr, "failover: healthcheck: %v\n", err)
 		return 1
@@ -182,6 +172,52 @@ func healthcheck(environ []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// targets prints the running sidecar's target table (README, The target table), read from
+// /targets on the metrics listener, for a person.
+func targets(environ []string, stdout, stderr io.Writer) int {
+	resp, err := getMetricsListener(environ, "/targets")
+	if err != nil {
+		fmt.Fprintf(stderr, "failover: targets: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "failover: targets: %s\n", resp.Status)
+		return 1
+	}
+	var table proxy.TargetTable
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
+		fmt.Fprintf(stderr, "failover: targets: the answer is not a target table: %v\n", err)
+		return 1
+	}
+	if err := proxy.WriteTargetTable(stdout, &table); err != nil {
+		fmt.Fprintf(stderr, "failover: targets: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// getMetricsListener asks path of the running sidecar's metrics listener
+// (FAILOVER_METRICS_LISTEN, read from environ; an address on every interface is asked on
+// loopback), waiting at most 2 s.
+func getMetricsListener(environ []string, path string) (*http.Response, error) {
+	addr := ":9464"
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "FAILOVER_METRICS_LISTEN="); ok && v != "" {
+			addr = v
+		}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("FAILOVER_METRICS_LISTEN=%s: %w", addr, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	client := http.Client{Timeout: 2 * time.Second}
+	return client.Get("http://" + net.JoinHostPort(host, port) + path)
 }
 
 // newLogger returns the slog logger: tint (coloured on a terminal, NO_COLOR respected) for

@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
 func TestSecretsLeaveTheProcessEnvironment(t *testing.T) {
@@ -76,4 +81,56 @@ func TestModesCannotBeCombined(t *testing.T) {
 			t.Errorf("%v: %q", tc.args, stderr.String())
 		}
 	}
+}
+
+// `failover targets` prints the running sidecar's target table for a person, from the metrics
+// listener FAILOVER_METRICS_LISTEN names, and exits 1 when nothing answers there.
+func TestTargetsPrintsTheTable(t *testing.T) {
+	down := sidecar.Upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
+	limited := sidecar.Upstream(t, pt.JSON(200, pt.ChatCompletion("hi"), "x-ratelimit-limit-requests: 500",
+		"x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 1m"))
+	s := sidecar.Start(t, sidecar.Env(sidecar.Targets(down.URL, limited.URL), []string{"FAILOVER_EJECT_AFTER=1",
+		"FAILOVER_TARGET_0_API_KEY=sk-targets-not-printed"})...)
+	if r := s.Post("/chat/completions", `{"model":"m","messages":[]}`); r.Status != 200 {
+		t.Fatalf("status %d", r.Status)
+	}
+	listen := "FAILOVER_METRICS_LISTEN=" + strings.TrimPrefix(s.Metrics, "http://")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"targets"}, []string{listen}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TARGET") {
+		t.Fatalf("want a header and one line per target:\n%s", out)
+	}
+	for i, want := range []*regexp.Regexp{
+		regexp.MustCompile(`^t0 +ejected +(9\.\d|10)s +0 +1 +server_error \S+ ago +\S+ +-$`),
+		regexp.MustCompile(`^t1 +ratelimited +(59|1m0)\S* +0 +0 +- +\S+ +requests 0/500 full in (59|1m0)\S*$`),
+	} {
+		if !want.MatchString(lines[i+1]) {
+			t.Errorf("line %d %q does not match %s", i+1, lines[i+1], want)
+		}
+	}
+	if strings.Contains(out, "sk-targets") {
+		t.Errorf("a key was printed:\n%s", out)
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + refusedAddr(t)}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "failover: targets:") {
+		t.Errorf("nothing listening: exit %d, %q", code, stderr.String())
+	}
+}
+
+// refusedAddr returns a loopback address nothing listens on.
+func refusedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -289,16 +289,21 @@ func (h *Health) State(now time.Time) State {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.state(now, h.rate.Usable(now))
+}
+
+// state is State under h.mu, given whether the rate limit lets the target be used now.
+func (h *Health) state(now time.Time, rateUsable bool) State {
 	switch {
 	case h.ejected && now.Before(h.ejectUntil) && !h.probing:
 		return StateEjected
-	case h.ejected && !h.probing && !h.rate.Usable(now):
+	case h.ejected && !h.probing && !rateUsable:
 		return StateRateLimited
 	case h.ejected:
 		return StateProbing
 	case now.Before(h.coolUntil):
 		return StateCooling
-	case !h.rate.Usable(now):
+	case !rateUsable:
 		return StateRateLimited
 	}
 	return StateUp

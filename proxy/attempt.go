@@ -391,6 +391,9 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	ex.ledger.add(attemptRecord{target: t.Name, status: a.status, class: v.Class, reason: v.Reason, phase: phase,
 		action: v.Action, duration: d, wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))})
 	t.metrics.attempt(v.Class, v.Action).Inc()
+	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {
+		t.noteError(v.Class, s.clock.Now())
+	}
 	if v.Class == classify.ClassEmptyResponse {
 		t.metrics.empty.Inc()
 	}

@@ -189,7 +189,7 @@ func (quietLogger) Printf(string, ...any) {}
 // Serve answers proxy requests on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.proxy.Serve(clientListener{ln}) }
 
-// ServeProbes answers /metrics, /healthz and /readyz on ln until Shutdown.
+// ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
 
 // Shutdown stops accepting at once, lets in-flight requests and streams finish until ctx
@@ -284,6 +284,7 @@ var (
 	pathHealthz = []byte("/healthz")
 	pathReadyz  = []byte("/readyz")
 	pathMetrics = []byte("/metrics")
+	pathTargets = []byte("/targets")
 	prefixV1    = []byte("/v1/")
 )
 
@@ -293,10 +294,12 @@ func (s *Server) serveProbes(ctx *fasthttp.RequestCtx) {
 	case bytes.Equal(path, pathMetrics):
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(ctx)
+	case bytes.Equal(path, pathTargets):
+		s.serveTargets(ctx)
 	case s.serveHealth(ctx, path):
 	default:
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
-		ctx.SetBodyString("not found: /metrics, /healthz and /readyz are served here\n")
+		ctx.SetBodyString("not found: /metrics, /targets, /healthz and /readyz are served here\n")
 	}
 }
 

@@ -49,6 +49,12 @@ type Target struct {
 	// probeReq is what the background probe asks (prober.go); bgProbe is set while one runs.
 	probeReq atomic.Pointer[probeRequest]
 	bgProbe  atomic.Bool
+	// shownURL is the base URL as -check shows it (maskURL), for the target table.
+	shownURL string
+	// lastError is the class of the target's last failed attempt plus one (0: none yet), and
+	// lastErrorAt its policy time in Unix nanoseconds, for the target table (targets.go).
+	lastError   atomic.Uint32
+	lastErrorAt atomic.Int64
 }
 
 // targetFields are the parsed forms of a target's _HEADERS, _MODELS and _PATHS
@@ -79,6 +85,7 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots
 			port = "443"
 		}
 	}
+	t.shownURL = maskURL(tc.URL)
 	t.addr = net.JoinHostPort(u.Hostname(), port)
 	t.host = []byte(u.Host)
 	t.basePath = []byte(strings.TrimRight(u.EscapedPath(), "/"))

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/classify"
+)
+
+// TargetTable is the live target table (README, The target table): GET /targets on the
+// metrics listener, and what `failover targets` prints. It holds no secret: no key, no header,
+// and the URL masked as -check masks it.
+type TargetTable struct {
+	// Time is the sidecar's policy time when the table was taken: each Until is against it.
+	Time    time.Time     `json:"time"`
+	Targets []TargetState `json:"targets"`
+}
+
+// TargetState is one target's line in the table.
+type TargetState struct {
+	Name string `json:"name"`
+	URL  string `json:"url"` // the base URL, credentials and query values other than api-version masked
+	// State is up, ejected, probing, cooling or ratelimited (README, Health).
+	State string `json:"state"`
+	// Until is when the state ends by itself (an ejection, a cooldown, a rate limit); absent
+	// for up and probing.
+	Until               time.Time `json:"until,omitzero"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	Ejections           uint64    `json:"ejections"`
+	// LastError is the class of the target's last failed attempt (README, Metrics: the attempt
+	// classes), and LastErrorAt when it ended; absent before any.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// LatencyMS is the recent time to response headers that least-latency ranks by, in
+	// milliseconds (a failed attempt counts as at least FAILOVER_CONNECT_TIMEOUT); absent
+	// before any attempt.
+	LatencyMS float64 `json:"latency_ms,omitzero"`
+	// RateLimit is what the target's last answer that reported quota said, by quota
+	// (requests, tokens, input_tokens, output_tokens); absent before any.
+	RateLimit map[string]QuotaState `json:"ratelimit,omitempty"`
+}
+
+// QuotaState is one quota as an answer reported it.
+type QuotaState struct {
+	Remaining int64     `json:"remaining"`
+	Limit     int64     `json:"limit,omitzero"`
+	Reset     time.Time `json:"reset,omitzero"` // when it is full again, in policy time
+}
+
+// noteError records the class of a failed attempt on t, at now (policy time), for the table.
+// Two atomic stores: the table may pair a class with the time of the failure just before it.
+func (t *Target) noteError(c classify.Class, now time.Time) {
+	t.lastErrorAt.Store(now.UnixNano())
+	t.lastError.Store(uint32(c) + 1)
+}
+
+// Targets returns the target table now.
+func (s *Server) Targets() TargetTable {
+	now := s.clock.Now()
+	table := TargetTable{Time: now.UTC(), Targets: make([]TargetState, 0, len(s.targets))}
+	for _, t := range s.targets {
+		h := t.health.Snapshot(now)
+		ts := TargetState{Name: t.Name, URL: t.shownURL, State: h.State.String(), Until: utc(h.Until),
+			ConsecutiveFailures: h.Failures, Ejections: h.Ejections}
+		if c := t.lastError.Load(); c > 0 {
+			ts.LastError = classify.Class(c - 1).String()
+			ts.LastErrorAt = time.Unix(0, t.lastErrorAt.Load()).UTC()
+		}
+		if ns := t.latencyNS.Load(); ns > 0 {
+			ts.LatencyMS = float64(time.Duration(ns).Microseconds()) / 1000
+		}
+		for q := range budget.NumQuotas {
+			f := h.Figures[q]
+			if !f.HasRemaining {
+				continue
+			}
+			if ts.RateLimit == nil {
+				ts.RateLimit = make(map[string]QuotaState)
+			}
+			qs := QuotaState{Remaining: f.Remaining, Reset: utc(f.Reset)}
+			if f.HasLimit {
+				qs.Limit = f.Limit
+			}
+			ts.RateLimit[q.String()] = qs
+		}
+		table.Targets = append(table.Targets, ts)
+	}
+	return table
+}
+
+// utc returns t in UTC without its monotonic reading, the zero time as it is.
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// serveTargets answers GET /targets on the metrics listener with the table as JSON.
+func (s *Server) serveTargets(ctx *fasthttp.RequestCtx) {
+	b, err := json.MarshalIndent(s.Targets(), "", "  ")
+	if err != nil { // the table holds only strings, numbers and times
+		ctx.Error("cannot render the target table", fasthttp.StatusInternalServerError)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+// WriteTargetTable prints the table for a person (`failover targets`): one line per target,
+// times left counted from the table's Time.
+func WriteTargetTable(w io.Writer, table *TargetTable) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tSTATE\tFOR\tFAILURES\tEJECTIONS\tLAST ERROR\tLATENCY\tQUOTA LEFT")
+	for _, t := range table.Targets {
+		lastError := "-"
+		if t.LastError != "" {
+			lastError = t.LastError + " " + ago(table.Time.Sub(t.LastErrorAt)) + " ago"
+		}
+		latency := "-"
+		if d := time.Duration(t.LatencyMS * float64(time.Millisecond)); d >= time.Millisecond {
+			latency = roundDuration(d).String()
+		} else if d > 0 {
+			latency = d.Round(time.Microsecond).String() // loopback
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.Name, t.State, timeLeft(table.Time, t.Until),
+			t.ConsecutiveFailures, t.Ejections, lastError, latency, quotaText(table.Time, t.RateLimit))
+	}
+	return tw.Flush()
+}
+
+// timeLeft renders how long until runs past now: "-" when it is zero.
+func timeLeft(now, until time.Time) string {
+	if until.IsZero() {
+		return "-"
+	}
+	return ago(until.Sub(now))
+}
+
+// ago renders a span for a person, rounded to what matters at its size.
+func ago(d time.Duration) string { return roundDuration(max(d, 0)).String() }
+
+// roundDuration rounds d to a millisecond below a second, to a tenth of a second below a
+// minute, and to a second above.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// quotaText renders the reported quotas: "requests 0/500 full in 2m59s, tokens 29950/30000".
+func quotaText(now time.Time, quotas map[string]QuotaState) string {
+	var parts []string
+	for q := range budget.NumQuotas {
+		qs, ok := quotas[q.String()]
+		if !ok {
+			continue
+		}
+		p := fmt.Sprintf("%s %d", q, qs.Remaining)
+		if qs.Limit > 0 {
+			p += fmt.Sprintf("/%d", qs.Limit)
+		}
+		if qs.Reset.After(now) {
+			p += " full in " + ago(qs.Reset.Sub(now))
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
