@@ -99,6 +99,51 @@ func TestProxyAllocsRateLimitHeaders(t *testing.T) {
 	}
 }
 
+// A request carrying W3C Trace Context costs nothing more: its trace id goes into the request
+// record (README, The request record) without allocating.
+func TestProxyAllocsTraceContext(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	plain := newHandlerBench(t, false)
+	plain.serve(t)
+	plain.serve(t)
+	base := testing.AllocsPerRun(500, func() { plain.serve(t) })
+
+	h := newHandlerBench(t, false)
+	h.ctx.Request.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	h.ctx.Request.Header.Set("tracestate", "rojo=00f067aa0ba902b7")
+	records := &countingWriter{needle: []byte(`"request_id":"`), also: []byte(`,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736",`)}
+	h.srv.log = slog.New(NewJSONHandler(records, slog.LevelInfo))
+	h.serve(t)
+	h.serve(t)
+	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	if records.n == 0 || records.with != records.n {
+		t.Fatalf("%d of %d request records carry the trace id", records.with, records.n)
+	}
+	t.Logf("allocations per proxied request with a traceparent: %.1f (without one %.1f)", n, base)
+	if n > base {
+		t.Errorf("a request's traceparent allocates: %.1f allocations per request, %.1f without it", n, base)
+	}
+}
+
+// countingWriter counts the writes that contain needle, and among them those that also
+// contain also, allocating nothing.
+type countingWriter struct {
+	needle, also []byte
+	n, with      int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, w.needle) {
+		w.n++
+		if bytes.Contains(p, w.also) {
+			w.with++
+		}
+	}
+	return len(p), nil
+}
+
 func TestServerPathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")

@@ -46,6 +46,7 @@ type exchange struct {
 	streaming   bool
 	head        bool
 	requestID   []byte
+	traceID     []byte   // the trace id of the client's traceparent (tracecontext.go), own copy; empty when none is valid
 	tokenHeader []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
 	connection  [][]byte // the options the client's Connection lines name (views into its header)
 	reqBody     []byte   // the client's body: valid while the handler runs
@@ -118,6 +119,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 		putUint64(b[8:], rand.Uint64())
 		ex.requestID = hex.AppendEncode(ex.requestID[:0], b[:])
 	}
+	ex.traceID = append(ex.traceID[:0], traceIDOf(ctx.Request.Header.PeekBytes(headerTraceparent))...)
 	ex.ledger.reset()
 	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
 	ex.waited, ex.committedStream, ex.gone, ex.clientFD, ex.tokenHeader = 0, false, false, -2, nil

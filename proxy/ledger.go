@@ -188,6 +188,11 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	ex := (*exchange)(r)
 	b = append(b, `"request_id":`...)
 	b = appendJSONStr(b, b2s(ex.requestID))
+	if len(ex.traceID) > 0 { // lower-case hex (traceIDOf): nothing to escape
+		b = append(b, `,"trace_id":"`...)
+		b = append(b, ex.traceID...)
+		b = append(b, '"')
+	}
 	b = append(b, `,"family":"`...)
 	b = append(b, ex.family.String()...)
 	b = append(b, `","path":`...)
@@ -222,15 +227,18 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 // which handlers inline.
 func (r *requestRecord) LogValue() slog.Value {
 	ex := (*exchange)(r)
-	attrs := []slog.Attr{
-		slog.String("request_id", string(ex.requestID)),
+	attrs := []slog.Attr{slog.String("request_id", string(ex.requestID))}
+	if len(ex.traceID) > 0 {
+		attrs = append(attrs, slog.String("trace_id", string(ex.traceID)))
+	}
+	attrs = append(attrs,
 		slog.String("family", ex.family.String()),
 		slog.String("path", logText(ex.logPath())),
 		slog.Bool("stream", ex.streaming),
 		slog.String("outcome", ex.outcome.String()),
 		slog.Int("status", ex.status),
 		slog.Int("attempts", ex.ledger.n),
-	}
+	)
 	if len(ex.model) > 0 {
 		attrs = append(attrs, slog.String("model", logText(ex.logModel())))
 	}

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/lmittmann/tint"
+)
+
+const (
+	validTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	validTraceID     = "4bf92f3577b34da6a3ce929d0e0e4736"
+)
+
+// The rules of W3C Trace Context's traceparent (section 3.2), each by example.
+func TestTraceIDOf(t *testing.T) {
+	tests := []struct {
+		name, value, want string
+	}{
+		{"version 00", validTraceparent, validTraceID},
+		{"not sampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", validTraceID},
+		{"absent", "", ""},
+		{"version 00 with more fields", validTraceparent + "-what-the-future-will-be-like", ""},
+		{"a later version with more fields", "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-what-the-future-will-be-like", validTraceID},
+		{"a later version as long as 00", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", validTraceID},
+		{"a later version going on without a dash", "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09x", ""},
+		{"version ff", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+		{"all-zero trace id", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"all-zero parent id", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", ""},
+		{"upper-case hex", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", ""},
+		{"not hex", "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01", ""},
+		{"short trace id", "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", ""},
+		{"short", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1", ""},
+		{"underscores for dashes", "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", ""},
+		{"bad version", "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+		{"bad flags", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0z", ""},
+		{"a B3 header, not W3C", "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1", ""},
+	}
+	for _, tt := range tests {
+		if got := string(traceIDOf([]byte(tt.value))); got != tt.want {
+			t.Errorf("%s: %q gives %q, want %q", tt.name, tt.value, got, tt.want)
+		}
+	}
+}
+
+// Reading the trace id allocates nothing, whether the header is there or not.
+func TestTraceIDOfAllocs(t *testing.T) {
+	v := []byte(validTraceparent)
+	if n := testing.AllocsPerRun(200, func() { traceIDOf(v); traceIDOf(nil) }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
+
+// traceparentRule is the specification's grammar, written as a regular expression: the
+// reference traceIDOf is checked against.
+var traceparentRule = regexp.MustCompile(`(?s)^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$`)
+
+func FuzzTraceIDOf(f *testing.F) {
+	for _, s := range []string{validTraceparent, "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-x", "", "ff-" + strings.Repeat("1", 52)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := traceIDOf([]byte(s))
+		want := ""
+		if m := traceparentRule.FindStringSubmatch(s); m != nil && m[1] != "ff" && (m[1] != "00" || m[4] == "") &&
+			strings.Trim(m[2], "0") != "" && strings.Trim(m[3], "0") != "" {
+			want = m[2]
+		}
+		if string(got) != want {
+			t.Errorf("%q gives %q, want %q", s, got, want)
+		}
+	})
+}
+
+// The request record carries trace_id when the client sent a valid traceparent, in the JSON
+// log and in the text log, and nothing when it did not.
+func TestRequestRecordTraceID(t *testing.T) {
+	for _, traceID := range []string{validTraceID, ""} {
+		ex := testExchange()
+		ex.traceID = []byte(traceID)
+		var js, text bytes.Buffer
+		slog.New(NewJSONHandler(&js, slog.LevelInfo)).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(ex)))
+		slog.New(tint.NewTextHandler(&text, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(ex)))
+		var rec map[string]any
+		if err := json.Unmarshal(js.Bytes(), &rec); err != nil {
+			t.Fatalf("%v: %s", err, js.String())
+		}
+		got, present := rec["trace_id"]
+		switch {
+		case traceID != "" && got != traceID:
+			t.Errorf("JSON trace_id %v, want %s: %s", got, traceID, js.String())
+		case traceID == "" && present:
+			t.Errorf("JSON has a trace_id without a traceparent: %s", js.String())
+		case traceID != "" && !strings.Contains(text.String(), " trace_id="+traceID+" "):
+			t.Errorf("text record lacks the trace id: %s", text.String())
+		case traceID == "" && strings.Contains(text.String(), "trace_id"):
+			t.Errorf("text record has a trace_id without a traceparent: %s", text.String())
+		}
+	}
+}
