@@ -48,6 +48,9 @@ type scenario struct {
 	// recovery, when set, replaces the one request: the drill sends requests while the first
 	// target fails fast, on a simulated clock, until it recovers (see playRecovery).
 	recovery bool
+	// quota, when set, sends requests until the first target has answered once (its answer
+	// reports a quota spent) before the request the row shows (see playQuota).
+	quota bool
 }
 
 // result is what happened in one scenario.
@@ -61,8 +64,11 @@ type result struct {
 	calls    []int // per target
 	names    []string
 	note     string
-	story    string // what happened before the request the row shows (playRecovery)
+	story    string // what happened before the request the row shows (playRecovery, playQuota)
 	problems []string
+	// quotaSpent: the first target reported its quota spent before the row's request, and
+	// the policy skips such a target (FAILOVER_RATELIMIT_AWARE).
+	quotaSpent bool
 }
 
 const (
@@ -72,6 +78,18 @@ const (
 )
 
 func chatOK(who string) pt.Step { return pt.JSON(200, pt.ChatCompletion("answer from "+who)) }
+
+// quotaReset is how long the target in "quota running out" says its spent quota takes to come
+// back: a few seconds, far longer than the drill's requests take.
+const quotaReset = 5 * time.Second
+
+// quotaSpentOK is a good answer whose headers say that no request is left in the window
+// (OpenAI's x-ratelimit-*: README, Rate limits).
+func quotaSpentOK(who string) pt.Step {
+	return pt.JSON(200, pt.ChatCompletion("answer from "+who), "x-ratelimit-limit-requests: 500", "x-ratelimit-remaining-requests: 0",
+		"x-ratelimit-reset-requests: "+quotaReset.String(), "x-ratelimit-limit-tokens: 30000", "x-ratelimit-remaining-tokens: 29950",
+		"x-ratelimit-reset-tokens: 100ms")
+}
 
 func streamOK(who string) pt.Step {
 	return pt.SSE(pt.ChatStream(5*time.Millisecond, "answer ", "from ", who)...)
@@ -203,6 +221,19 @@ func scenarios() []*scenario {
 					if r.calls[i] > 0 {
 						return "a target with the same model was tried after a context-window error (no attempt that cannot help)"
 					}
+				}
+				return ""
+			}},
+		{name: "quota running out", path: chatPath, body: chatBody, quota: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					return []pt.Step{quotaSpentOK("0")}
+				}
+				return rest(i, chatOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				if r.quotaSpent && len(r.calls) > 1 && r.calls[0] > 0 {
+					return "a target that reported its quota spent was called before its reset (no attempt that cannot help)"
 				}
 				return ""
 			}},
@@ -368,6 +399,9 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 			return r
 		}
 	}
+	if sc.quota {
+		id = playQuota(r, ln.Addr().String(), &cfg, ups, &logBuf, id)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/v1"+sc.path, strings.NewReader(sc.body))
@@ -427,21 +461,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 // the caller sends next, the one the row shows, and leaves in r.calls the calls made so far;
 // "" when the scenario cannot go on (r.problems says why).
 func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, clock *budget.ManualClock, log *pt.SyncBuffer, id string) string {
-	send := func(n int) string {
-		rid := fmt.Sprintf("%s-%d", id, n)
-		req, _ := http.NewRequest("POST", "http://"+addr+"/v1"+r.sc.path, strings.NewReader(r.sc.body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Request-Id", rid)
-		if tok := cfg.Server.InboundToken; tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			io.Copy(io.Discard, resp.Body) // only the ledger matters here
-			resp.Body.Close()
-		}
-		waitRecord(log, rid)
-		return rid
-	}
+	send := func(n int) string { return r.sendBefore(addr, cfg, log, id, n) }
 	ejection := func() (time.Duration, bool) {
 		var d time.Duration
 		found := false
@@ -487,6 +507,47 @@ func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream,
 	snapshot()
 	r.note = " (simulated clock)"
 	r.story = fmt.Sprintf("out after %d requests, 1 attempt per %s while down, back %s after recovering: ", requests, d, d)
+	return fmt.Sprintf("%s-%d", id, n+1)
+}
+
+// sendBefore sends request n of those that come before the one the row shows, as the
+// scenario's client, and waits for its ledger record; it returns the request's id.
+func (r *result) sendBefore(addr string, cfg *proxy.Config, log *pt.SyncBuffer, id string, n int) string {
+	rid := fmt.Sprintf("%s-%d", id, n)
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1"+r.sc.path, strings.NewReader(r.sc.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", rid)
+	if tok := cfg.Server.InboundToken; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body) // only the ledger matters here
+		resp.Body.Close()
+	}
+	waitRecord(log, rid)
+	return rid
+}
+
+// playQuota plays the first part of "quota running out": requests until the first target has
+// answered once, with a good answer that says no request is left in its window for quotaReset.
+// Under the failover strategy that is the first request; a strategy that starts elsewhere may
+// take a few. It returns the request id the caller sends next, the one the row shows, and
+// leaves in r.calls the calls made so far.
+func playQuota(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, log *pt.SyncBuffer, id string) string {
+	n := 0
+	for n < 2*len(ups) && ups[0].Calls() == 0 {
+		n++
+		r.sendBefore(addr, cfg, log, id, n)
+	}
+	for i, u := range ups {
+		r.calls[i] = u.Calls()
+	}
+	if ups[0].Calls() == 0 {
+		r.note = " (" + r.names[0] + " never called)"
+		return fmt.Sprintf("%s-%d", id, n+1)
+	}
+	r.quotaSpent = cfg.Budget.RateLimitAware
+	r.story = fmt.Sprintf("%s 200 with 0 requests left for %s, next request: ", r.names[0], quotaReset)
 	return fmt.Sprintf("%s-%d", id, n+1)
 }
 

@@ -315,3 +315,42 @@ func TestRecoveringPrimaryDrill(t *testing.T) {
 		}
 	}
 }
+
+// "quota running out": the primary's good answer says no request is left for a few seconds, and
+// the next request goes to the secondary without calling the primary; with the awareness off
+// it goes to the primary, as the policy says, and no invariant fails for it.
+func TestQuotaRunningOutDrill(t *testing.T) {
+	sc := scenarioNamed(t, "quota running out")
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "primary 200 with 0 requests left for 5s, next request: secondary 200→commit"},
+		{[]string{"FAILOVER_STRATEGY=round-robin"}, "next request: secondary 200→commit"},
+		{[]string{"FAILOVER_RATELIMIT_AWARE=false"}, "primary 200 with 0 requests left for 5s, next request: primary 200→commit"},
+	} {
+		cfg, err := proxy.Load(tc.env, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if code := run(cfg, &out, []*scenario{sc}); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Fatalf("%v: exit code %d, want %q in:\n%s", tc.env, code, tc.want, out.String())
+		}
+	}
+	// The check: a call to the spent target fails it when the policy skips such targets.
+	for _, tc := range []struct {
+		spent bool
+		calls []int
+		want  string
+	}{
+		{true, []int{0, 1, 0}, ""},
+		{true, []int{1, 0, 0}, "no attempt that cannot help"},
+		{false, []int{1, 0, 0}, ""},
+	} {
+		got := sc.check(&result{sc: sc, names: []string{"primary", "secondary", "tertiary"}, calls: tc.calls, quotaSpent: tc.spent})
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("spent %v, calls %v: check %q, want %q", tc.spent, tc.calls, got, tc.want)
+		}
+	}
+}

@@ -111,7 +111,7 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
-		"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "every target failing", "client cancels"} {
+		"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
 		if !strings.Contains(stdout, row) {
 			t.Errorf("no row %q:\n%s", row, stdout)
 		}
