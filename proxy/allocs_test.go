@@ -36,9 +36,7 @@ func TestProxyAllocs(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	h := newHandlerBench(t, false)
-	h.serve(t) // warm the pools: exchange, upstream connection, buffers, metrics series
-	h.serve(t)
-	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	n := h.allocsPerRequest(t)
 	t.Logf("allocations per proxied non-streaming request in the sidecar: %.1f (goal <= %d)", n, maxAllocsPerRequest)
 	if n > maxAllocsPerRequest {
 		t.Errorf("a proxied non-streaming request allocates %.1f times in the sidecar, want at most %d; "+
@@ -78,9 +76,7 @@ func TestProxyAllocsRateLimitHeaders(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	h := newHandlerBenchHeaders(t, false, rateLimitHeaders...)
-	h.serve(t)
-	h.serve(t)
-	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	n := h.allocsPerRequest(t)
 	f := h.srv.targets[0].health.RateLimit().Figures()
 	if f[budget.QuotaRequests].Remaining != 9999 || f[budget.QuotaTokens].Remaining != 29999975 ||
 		f[budget.QuotaInputTokens].Remaining != 1998000 || !f[budget.QuotaOutputTokens].HasRemaining {
@@ -90,9 +86,7 @@ func TestProxyAllocsRateLimitHeaders(t *testing.T) {
 		t.Fatal("the spent output-token quota did not limit the target")
 	}
 	plain := newHandlerBench(t, false)
-	plain.serve(t)
-	plain.serve(t)
-	base := testing.AllocsPerRun(500, func() { plain.serve(t) })
+	base := plain.allocsPerRequest(t)
 	t.Logf("allocations per proxied request whose answer carries rate-limit headers: %.1f (without them %.1f)", n, base)
 	if n > base {
 		t.Errorf("reading an answer's rate-limit headers allocates: %.1f allocations per request, %.1f without them", n, base)
@@ -106,18 +100,14 @@ func TestProxyAllocsTraceContext(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	plain := newHandlerBench(t, false)
-	plain.serve(t)
-	plain.serve(t)
-	base := testing.AllocsPerRun(500, func() { plain.serve(t) })
+	base := plain.allocsPerRequest(t)
 
 	h := newHandlerBench(t, false)
 	h.ctx.Request.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	h.ctx.Request.Header.Set("tracestate", "rojo=00f067aa0ba902b7")
 	records := &countingWriter{needle: []byte(`"request_id":"`), also: []byte(`,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736",`)}
 	h.srv.log = slog.New(NewJSONHandler(records, slog.LevelInfo))
-	h.serve(t)
-	h.serve(t)
-	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	n := h.allocsPerRequest(t)
 	if records.n == 0 || records.with != records.n {
 		t.Fatalf("%d of %d request records carry the trace id", records.with, records.n)
 	}
@@ -211,9 +201,7 @@ func TestProxyStreamAllocs(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	h := newHandlerBench(t, true)
-	h.serve(t)
-	h.serve(t)
-	n := testing.AllocsPerRun(500, func() { h.serve(t) })
+	n := h.allocsPerRequest(t)
 	t.Logf("allocations per proxied streaming request (21 events) in the sidecar: %.1f", n)
 }
 
@@ -308,6 +296,15 @@ func newHandlerBenchHeaders(tb testing.TB, streaming bool, header ...string) *ha
 	req.SetBodyString(body)
 	tb.Cleanup(func() { srv.Shutdown(tb.Context()) })
 	return &handlerBench{srv: srv, ctx: ctx, streaming: streaming, out: bufio.NewWriterSize(io.Discard, 4096), want: []byte(want)}
+}
+
+// allocsPerRequest returns the allocations of one request through the handler, counted over
+// 500 once two have warmed the pools (the exchange, the upstream connection, buffers, metrics
+// series).
+func (h *handlerBench) allocsPerRequest(tb testing.TB) float64 {
+	h.serve(tb)
+	h.serve(tb)
+	return testing.AllocsPerRun(500, func() { h.serve(tb) })
 }
 
 // serve runs one request through the handler; a committed stream is then written out the way

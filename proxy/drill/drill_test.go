@@ -297,14 +297,22 @@ func TestNoAttemptThatCannotHelpChecks(t *testing.T) {
 // costs at most one attempt per ejection while down, and serves again one ejection after it
 // recovers; with ejection off, the row says the primary was never ejected.
 func TestRecoveringPrimaryDrill(t *testing.T) {
-	sc := scenarioNamed(t, "recovering primary")
-	for _, tc := range []struct {
-		env  []string
-		want string
-	}{
+	playUnder(t, scenarioNamed(t, "recovering primary"), []policyRow{
 		{nil, "out after 3 requests, 1 attempt per 10s while down, back 10s after recovering: primary 200→commit"},
 		{[]string{"FAILOVER_EJECT_AFTER=0"}, "(never ejected)"},
-	} {
+	})
+}
+
+// policyRow is a policy (FAILOVER_* assignments) and what a scenario's row shows under it.
+type policyRow struct {
+	env  []string
+	want string
+}
+
+// playUnder runs sc under each row's policy: every invariant holds, and the row shows want.
+func playUnder(t *testing.T, sc *scenario, rows []policyRow) {
+	t.Helper()
+	for _, tc := range rows {
 		cfg, err := proxy.Load(tc.env, false)
 		if err != nil {
 			t.Fatal(err)
@@ -321,23 +329,11 @@ func TestRecoveringPrimaryDrill(t *testing.T) {
 // it goes to the primary, as the policy says, and no invariant fails for it.
 func TestQuotaRunningOutDrill(t *testing.T) {
 	sc := scenarioNamed(t, "quota running out")
-	for _, tc := range []struct {
-		env  []string
-		want string
-	}{
+	playUnder(t, sc, []policyRow{
 		{nil, "primary 200 with 0 requests left for 5s, next request: secondary 200→commit"},
 		{[]string{"FAILOVER_STRATEGY=round-robin"}, "next request: secondary 200→commit"},
 		{[]string{"FAILOVER_RATELIMIT_AWARE=false"}, "primary 200 with 0 requests left for 5s, next request: primary 200→commit"},
-	} {
-		cfg, err := proxy.Load(tc.env, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out strings.Builder
-		if code := run(cfg, &out, []*scenario{sc}); code != 0 || !strings.Contains(out.String(), tc.want) {
-			t.Fatalf("%v: exit code %d, want %q in:\n%s", tc.env, code, tc.want, out.String())
-		}
-	}
+	})
 	// The check: a call to the spent target fails it when the policy skips such targets.
 	for _, tc := range []struct {
 		spent bool
