@@ -208,13 +208,17 @@ func TestProxyStreamAllocs(t *testing.T) {
 // BenchmarkServeProxy is the sidecar's own work per request, without the client's and the
 // fasthttp server's: what TestProxyAllocs counts, for CPU and memory profiles.
 func BenchmarkServeProxy(b *testing.B) {
-	for _, streaming := range []bool{false, true} {
-		name := "non-streaming"
-		if streaming {
-			name = "streaming"
-		}
-		b.Run(name, func(b *testing.B) {
-			h := newHandlerBench(b, streaming)
+	for _, bc := range []struct {
+		name      string
+		streaming bool
+		header    []string
+	}{
+		{"non-streaming", false, nil},
+		{"streaming", true, nil},
+		{"non-streaming with rate-limit headers", false, rateLimitHeaders},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := newHandlerBenchHeaders(b, bc.streaming, bc.header...)
 			h.serve(b)
 			b.ReportAllocs()
 			for b.Loop() {

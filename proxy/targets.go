@@ -61,8 +61,8 @@ func (t *Target) noteError(c classify.Class, now time.Time) {
 	t.lastError.Store(uint32(c) + 1)
 }
 
-// Targets returns the target table now.
-func (s *Server) Targets() TargetTable {
+// targetTable returns the target table now.
+func (s *Server) targetTable() TargetTable {
 	now := s.clock.Now()
 	table := TargetTable{Time: now.UTC(), Targets: make([]TargetState, 0, len(s.targets))}
 	for _, t := range s.targets {
@@ -105,7 +105,7 @@ func utc(t time.Time) time.Time {
 
 // serveTargets answers GET /targets on the metrics listener with the table as JSON.
 func (s *Server) serveTargets(ctx *fasthttp.RequestCtx) {
-	b, err := json.MarshalIndent(s.Targets(), "", "  ")
+	b, err := json.MarshalIndent(s.targetTable(), "", "  ")
 	if err != nil { // the table holds only strings, numbers and times
 		ctx.Error("cannot render the target table", fasthttp.StatusInternalServerError)
 		return

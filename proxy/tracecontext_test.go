@@ -56,6 +56,14 @@ func TestTraceIDOfAllocs(t *testing.T) {
 	}
 }
 
+func BenchmarkTraceIDOf(b *testing.B) {
+	v := []byte(validTraceparent)
+	b.ReportAllocs()
+	for b.Loop() {
+		traceIDOf(v)
+	}
+}
+
 // traceparentRule is the specification's grammar, written as a regular expression: the
 // reference traceIDOf is checked against.
 var traceparentRule = regexp.MustCompile(`(?s)^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$`)
