@@ -453,6 +453,8 @@ func TestResumeNever(t *testing.T) {
 		{"FAILOVER_MAX_ELAPSED spent", pt.SSE(append(pt.Events(0, text...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...),
 			streamBody, []string{"FAILOVER_MAX_ELAPSED=200ms"}, "elapsed_limit"},
 		{"no usable resumable target", truncated(text...), streamBody, []string{"FAILOVER_TARGET_1_RESUME="}, ""},
+		// An event larger than 64 KiB goes out as it comes, before it could be read whole.
+		{"after an event larger than 64 KiB", truncated(append(text, chatFrom("a", pt.ChatDelta(strings.Repeat("x", 70<<10)))...)...), streamBody, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := upstream(t, tc.first), upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "me.")...)...))
@@ -560,3 +562,23 @@ func TestResumeOffByDefault(t *testing.T) {
 }
 
 var _ = sidecar.Env
+
+// A continuation's event larger than 64 KiB cannot be read whole before it would go out, so it
+// cannot be rewritten into the client's stream: the stream ends there as interrupted, after the
+// continuation's text so far, and nothing of that event reaches the client.
+func TestResumeContinuationEventTooLargeToSplice(t *testing.T) {
+	cut := pt.SSE(pt.Events(0, chatWords("a", false, "One ")...)...)
+	cut.Fault = pt.FaultTruncate
+	big := strings.Repeat("x", 70<<10)
+	a := upstream(t, cut)
+	b := upstream(t, pt.SSE(pt.Events(0, append(chatWords("b", false, "two "), chatFrom("b", pt.ChatDelta(big), pt.ChatFinish, pt.Done)...)...)...))
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
+	r := s.Post("/chat/completions", streamBody)
+	v := readClient(t, false, r.Body)
+	if r.Err == nil || v.text != "One two " || len(v.errors) != 1 || !strings.Contains(v.errors[0], "too large to splice") || strings.Contains(string(r.Body), big[:100]) {
+		t.Fatalf("err %v, text %.200q (%d bytes), errors %q", r.Err, v.text, len(v.text), v.errors)
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "partial" {
+		t.Fatalf("record %v", rec)
+	}
+}
