@@ -56,7 +56,8 @@ type Transcript struct {
 	textFirst bool // its first content was text
 	seam      []byte
 	seamBuf   []byte
-	data      []byte // a rewritten event's data
+	data      []byte   // a rewritten event's data
+	num       [20]byte // a block index being written
 }
 
 // Reset readies t for a committed stream of family f; only Chat and Messages can be resumable.
@@ -394,7 +395,7 @@ func (t *Transcript) rewriteMessages(dst []byte, ev Event) []byte {
 			return dst
 		}
 		if vs, ve := memberSpan(data, "index"); vs >= 0 {
-			edits[n] = edit{vs, ve, strconv.AppendInt(nil, int64(k+t.offset), 10)}
+			edits[n] = edit{vs, ve, strconv.AppendInt(t.num[:0], int64(k+t.offset), 10)}
 			n++
 		}
 		if len(t.seam) > 0 && string(typ) == "content_block_delta" && string(v.GetStringBytes("delta", "type")) == "text_delta" {

@@ -447,3 +447,96 @@ func TestTranscriptEligible(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTranscriptFeed measures what a stream that may be resumed pays per event as it goes
+// out (README, Resume a cut stream); Reset between runs keeps the text from growing without end.
+func BenchmarkTranscriptFeed(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		family Family
+		event  string
+	}{
+		{"chat", Chat, chatText("chatcmpl-a", "Hello, world. ")},
+		{"messages", Messages, msgText(0, "Hello, world. ")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var t Transcript
+			t.Reset(bc.family)
+			if bc.family == Messages {
+				t.Feed([]byte(msgBlockStart(0, msgTextBlock)))
+			}
+			p := []byte(bc.event)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(p)))
+			for i := 0; b.Loop(); i++ {
+				if i%4096 == 0 {
+					t.text = t.text[:0]
+				}
+				t.Feed(p)
+			}
+		})
+	}
+}
+
+// BenchmarkTranscriptRewrite measures a continuation's event rewritten into the client's stream.
+func BenchmarkTranscriptRewrite(b *testing.B) {
+	for _, bc := range []struct {
+		name      string
+		family    Family
+		delivered string
+		event     string
+	}{
+		{"chat", Chat, chatText("chatcmpl-a", "Hi"), chatText("chatcmpl-b", "Hello, world. ")},
+		{"messages", Messages, msgBlockStart(0, msgTextBlock) + msgText(0, "Hi"), msgText(0, "Hello, world. ")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var t Transcript
+			t.Reset(bc.family)
+			t.Feed([]byte(bc.delivered))
+			t.Splice()
+			p := []byte(bc.event)
+			var out []byte
+			b.ReportAllocs()
+			b.SetBytes(int64(len(p)))
+			for i := 0; b.Loop(); i++ {
+				if i%4096 == 0 {
+					t.text = t.text[:0]
+				}
+				out, _, _ = t.Rewrite(out[:0], p)
+			}
+		})
+	}
+}
+
+// A stream that may be resumed allocates nothing per event once its buffers have grown: Feed as
+// its events go out, Rewrite once it goes on with a continuation (the seam aside, once).
+func TestZeroAllocsTranscript(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	for _, tc := range []struct {
+		name             string
+		family           Family
+		delivered, event string
+	}{
+		{"chat", Chat, chatText("chatcmpl-a", "Hi"), chatText("chatcmpl-b", "Hello, world. ")},
+		{"messages", Messages, msgBlockStart(0, msgTextBlock) + msgText(0, "Hi"), msgText(0, "Hello, world. ")},
+	} {
+		var tr Transcript
+		tr.Reset(tc.family)
+		delivered, event := []byte(tc.delivered), []byte(tc.event)
+		feed := testing.AllocsPerRun(100, func() {
+			tr.text = tr.text[:0]
+			tr.Feed(delivered)
+		})
+		tr.Splice()
+		out := make([]byte, 0, 1024)
+		rewrite := testing.AllocsPerRun(100, func() {
+			tr.text = tr.text[:0]
+			out, _, _ = tr.Rewrite(out[:0], event)
+		})
+		if feed != 0 || rewrite != 0 {
+			t.Errorf("%s: %v allocations per Feed, %v per Rewrite, want 0", tc.name, feed, rewrite)
+		}
+	}
+}
