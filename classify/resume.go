@@ -5,6 +5,7 @@ package classify
 // The proxy looks up the candidate before it asks the retry budget, so that no token goes to a
 // resume that cannot happen (as for a transfer).
 type Interruption struct {
+	Enabled bool // FAILOVER_ENABLED: false allows one attempt, and no resume either
 	// Resumable: the request may be resumed (a chat or messages stream, n = 1, no logprobs, no
 	// prefill of the client's own), and the stream delivered text and nothing else, and not its end.
 	Resumable   bool
@@ -24,6 +25,7 @@ type ResumeReason uint8
 const (
 	ResumeOK           ResumeReason = iota // resume it
 	ResumeCancelled                        // the client left or the sidecar is shutting down
+	ResumeDisabled                         // FAILOVER_ENABLED=false
 	ResumeNotResumable                     // the request or what the stream delivered cannot be resumed
 	ResumeLimit                            // FAILOVER_RESUME_MAX resumes were made
 	ResumeNoCandidate                      // no candidate marked resumable is usable
@@ -32,7 +34,7 @@ const (
 	NumResumeReasons
 )
 
-var resumeReasonNames = [NumResumeReasons]string{"ok", "cancelled", "not_resumable", "resume_limit", "no_candidate", "elapsed_limit", "retry_budget"}
+var resumeReasonNames = [NumResumeReasons]string{"ok", "cancelled", "disabled", "not_resumable", "resume_limit", "no_candidate", "elapsed_limit", "retry_budget"}
 
 func (r ResumeReason) String() string {
 	if r < NumResumeReasons {
@@ -41,13 +43,15 @@ func (r ResumeReason) String() string {
 	return "unknown"
 }
 
-// Resume decides whether an interrupted stream is continued on another attempt: only when it
-// may be, within FAILOVER_RESUME_MAX, with a candidate to go to, and within the elapsed and
+// Resume decides whether an interrupted stream is continued on another attempt: only with
+// failover enabled, when it may be, within FAILOVER_RESUME_MAX, with a candidate to go to, and within the elapsed and
 // retry budgets, in that order. Otherwise it ends as interrupted, as it would without resume.
 func Resume(in Interruption) ResumeReason {
 	switch {
 	case in.ClientGone || in.Cut:
 		return ResumeCancelled
+	case !in.Enabled:
+		return ResumeDisabled
 	case !in.Resumable:
 		return ResumeNotResumable
 	case !in.ResumesLeft:

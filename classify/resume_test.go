@@ -3,7 +3,7 @@ package classify
 import "testing"
 
 func TestResume(t *testing.T) {
-	all := Interruption{Resumable: true, ResumesLeft: true, Candidate: true, ElapsedOK: true, RetryBudgetOK: true}
+	all := Interruption{Enabled: true, Resumable: true, ResumesLeft: true, Candidate: true, ElapsedOK: true, RetryBudgetOK: true}
 	for _, tc := range []struct {
 		name string
 		edit func(*Interruption)
@@ -12,6 +12,7 @@ func TestResume(t *testing.T) {
 		{"everything allows it", func(*Interruption) {}, ResumeOK},
 		{"the client left", func(i *Interruption) { i.ClientGone = true }, ResumeCancelled},
 		{"the shutdown cut it", func(i *Interruption) { i.Cut = true }, ResumeCancelled},
+		{"FAILOVER_ENABLED=false", func(i *Interruption) { i.Enabled = false }, ResumeDisabled},
 		{"not resumable", func(i *Interruption) { i.Resumable = false }, ResumeNotResumable},
 		{"FAILOVER_RESUME_MAX reached", func(i *Interruption) { i.ResumesLeft = false }, ResumeLimit},
 		{"no candidate", func(i *Interruption) { i.Candidate = false }, ResumeNoCandidate},

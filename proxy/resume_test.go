@@ -449,6 +449,7 @@ func TestResumeNever(t *testing.T) {
 			return cutAt(chatWords("a", true, "Once upon a time."), pt.FaultResetAfter, `"finish_reason":"stop"}]}`+"\n\n", 0)
 		}(), streamBody, nil, "not_resumable"},
 		{"FAILOVER_RESUME_MAX=0", truncated(text...), streamBody, []string{"FAILOVER_RESUME_MAX=0"}, "resume_limit"},
+		{"FAILOVER_ENABLED=false", truncated(text...), streamBody, []string{"FAILOVER_ENABLED=false"}, "disabled"},
 		{"the retry budget spent", truncated(text...), streamBody, []string{"FAILOVER_RETRY_BUDGET_MIN=0"}, "retry_budget"},
 		{"FAILOVER_MAX_ELAPSED spent", pt.SSE(append(pt.Events(0, text...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...),
 			streamBody, []string{"FAILOVER_MAX_ELAPSED=200ms"}, "elapsed_limit"},
