@@ -205,7 +205,8 @@ func (t *Transcript) note(name, data []byte, dataLen int) {
 // noteChat records a chat.completion.chunk.
 func (t *Transcript) noteChat(v *fastjson.Value, data []byte) {
 	if len(t.id) == 0 {
-		if vs, ve := memberSpan(data, "id"); vs >= 0 && data[vs] == '"' {
+		// Not an empty one: Azure's first chunk, its prompt filter results, has "id":"".
+		if vs, ve := memberSpan(data, "id"); vs >= 0 && data[vs] == '"' && ve-vs > 2 {
 			t.id = append(t.id[:0], data[vs:ve]...)
 		}
 	}
@@ -321,8 +322,13 @@ func (t *Transcript) rewriteChat(dst []byte, ev Event) []byte {
 	}
 	var edits [2]edit
 	n := 0
-	if vs, ve := memberSpan(data, "id"); vs >= 0 && len(t.id) > 0 {
+	if vs, ve := memberSpan(data, "id"); vs >= 0 {
 		edits[n] = edit{vs, ve, t.id}
+		n++
+	} else if i := skipSpace(data, 0); i < len(data) && data[i] == '{' {
+		// A chunk without an id gets the client's: an SDK holds every chunk to the first one's.
+		with := append(append([]byte(`"id":`), t.id...), ',')
+		edits[n] = edit{i + 1, i + 1, with}
 		n++
 	}
 	if len(t.seam) > 0 && content != nil && content.Type() == fastjson.TypeString {

@@ -79,6 +79,7 @@ func TestTranscriptFeed(t *testing.T) {
 		{"chat content parts", Chat, []string{chatChunk("chatcmpl-a", `{"content":[{"type":"text","text":"Hi"}]}`)}, "", false},
 		{"chat not JSON", Chat, []string{chatText("chatcmpl-a", "Hi"), "data: hello\n\n"}, "Hi", false},
 		{"chat without an id", Chat, []string{`data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n"}, "Hi", false},
+		{"chat with an empty id first (Azure)", Chat, []string{`data: {"choices":[],"id":"","prompt_filter_results":[]}` + "\n\n", chatText("chatcmpl-a", "Hi")}, "Hi", true},
 		{"chat whitespace only", Chat, []string{chatText("chatcmpl-a", " \n ")}, " \n ", false},
 		{"chat comments", Chat, []string{": keep-alive\n\n", chatText("chatcmpl-a", "Hi"), ": x\n\n"}, "Hi", true},
 
@@ -191,6 +192,16 @@ func TestTranscriptRewriteChat(t *testing.T) {
 	}
 	if string(tr.Text()) != "Hello world!" || !tr.Continues() || tr.Resumable() {
 		t.Fatalf("text %q continues %v resumable %v", tr.Text(), tr.Continues(), tr.Resumable())
+	}
+}
+
+// A continuation chunk without an id gets the client's; the id the client's stream showed first
+// is the one, not Azure's empty one before it.
+func TestTranscriptRewriteChatIDs(t *testing.T) {
+	azure := `data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[]}` + "\n\n"
+	_, out := splice(t, Chat, []string{azure, chatText("chatcmpl-a", "Hello")}, `data: {"choices":[{"index":0,"delta":{"content":" world"}}]}`+"\n\n")
+	if want := `data: {"id":"chatcmpl-a","choices":[{"index":0,"delta":{"content":" world"}}]}` + "\n\n"; out != want {
+		t.Fatalf("the client gets\n%s\nwant\n%s", out, want)
 	}
 }
 
