@@ -64,9 +64,16 @@ const DefaultStatuses = "408,429,5xx"
 // completion without choices; not a response that cannot have a body, Outcome.NoBody) is
 // recoverable whatever the status list says, as an attempt without an answer is. A
 // recoverable outcome becomes a retry while the target has retries left and the class is
-// transient, a transfer otherwise; budgets are applied after, by Limit. Decide never
-// allocates.
+// transient, a transfer otherwise; budgets are applied after, by Limit. A resume attempt's
+// 4xx has no health effect (Outcome.Resume). Decide never allocates.
 func (p *Policy) Decide(o *Outcome) Verdict {
+	if o.Resume {
+		return resumeHealth(p.decide(o))
+	}
+	return p.decide(o)
+}
+
+func (p *Policy) decide(o *Outcome) Verdict {
 	if o.ClientGone {
 		return Verdict{Class: ClassCancelled, Action: ActionStop, Reason: ReasonCancelled, Status: 499}
 	}

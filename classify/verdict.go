@@ -180,6 +180,9 @@ type Outcome struct {
 
 	ClientGone bool // the client went away
 	Committed  bool // bytes already reached the client
+	// Resume: the attempt continues a cut stream (README, Resume a cut stream); a 4xx has no
+	// health effect (resumeHealth).
+	Resume bool
 }
 
 // Verdict is the decision for one attempt's outcome.

@@ -338,7 +338,8 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 		}
 	case classify.HealthSilent:
 		// The background probe asks the request's own path (README, Health).
-		t.noteSilent(ex.ctx.Request.Header.Method(), ex.path)
+		rh, _ := ex.requestHead()
+		t.noteSilent(rh.Method(), ex.path)
 		if ejected, d := t.health.SilentFailure(now); ejected {
 			ex.ejected(a, d, "timeout")
 			s.wakeProber()

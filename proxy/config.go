@@ -99,6 +99,7 @@ type TargetConfig struct {
 	Paths      string `env:"PATHS"`
 	Weight     int    `env:"WEIGHT" envDefault:"1"`
 	Retries    int    `env:"RETRIES"` // unset: FAILOVER_SAME_TARGET_RETRIES (filled in by Load)
+	Resume     string `env:"RESUME"`  // how the target continues a cut stream: "", prefill, prefix, continue (resume.go)
 
 	// parsed is Headers, Models and Paths as Load parsed them, once: New and Describe use it.
 	// A pointer, so that printing a TargetConfig never prints header values.
@@ -134,6 +135,7 @@ type Config struct {
 	Targets      []TargetConfig
 	StopRules    []classify.Rule
 	SuccessRules []classify.Rule
+	Resume       ResumeConfig
 }
 
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
@@ -188,6 +190,7 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 	l.section(&c.Server, envPrefix)
 	l.section(&c.Budget, envPrefix)
 	l.section(&c.Classify, envPrefix)
+	l.section(&c.Resume, envPrefix)
 
 	indices := l.checkNames()
 	for i := range indices["TARGET"] {
@@ -209,6 +212,7 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 		l.problem("%v", err)
 	}
 	l.validateTargets(c, requireTargets)
+	l.validateResume(c)
 
 	if len(l.problems) > 0 {
 		return nil, &ConfigError{Problems: l.problems}
@@ -330,6 +334,7 @@ func knownNames() []string {
 	names = append(names, envNames(reflect.TypeOf(ServerConfig{}), envPrefix)...)
 	names = append(names, envNames(reflect.TypeOf(budget.Config{}), envPrefix)...)
 	names = append(names, envNames(reflect.TypeOf(classify.Config{}), envPrefix)...)
+	names = append(names, envNames(reflect.TypeOf(ResumeConfig{}), envPrefix)...)
 	return names
 }
 
@@ -803,6 +808,9 @@ func (c *Config) Describe() string {
 			extra = append(extra, "paths="+t.Paths)
 		}
 		extra = append(extra, fmt.Sprintf("weight=%d retries=%d", t.Weight, t.Retries))
+		if t.Resume != "" {
+			extra = append(extra, "resume="+t.Resume)
+		}
 		line("    %s", strings.Join(extra, " "))
 	}
 	line("# policy")
@@ -818,6 +826,7 @@ func (c *Config) Describe() string {
 		bc.EjectAfter, bc.EjectBase, capText(bc.EjectMax), bc.EjectSilent, offText(bc.ProbeInterval))
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
 	line("FAILOVER_RATELIMIT_AWARE=%t  FAILOVER_RATELIMIT_FLOOR=%g", bc.RateLimitAware, bc.RateLimitFloor)
+	line("%s", c.Resume.describe(c.Targets))
 	for _, l := range classify.NewPolicy(c.Classify, c.StopRules, c.SuccessRules, bc.RetryAfterMax).Describe() {
 		line("%s", l)
 	}

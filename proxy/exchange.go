@@ -83,6 +83,7 @@ type exchange struct {
 	duration        time.Duration
 	committedStream bool // the answer is piped: the stream goroutine owns the exchange and finishes it
 	pipe            pipe
+	resume          *resumption // what a stream that may be resumed keeps (resume.go); nil until one was
 
 	clientFD int // the client's socket, -2 until looked up
 	gone     bool
@@ -182,6 +183,9 @@ func (ex *exchange) finish() {
 	}
 	if cap(ex.subBody) > 1<<20 {
 		ex.subBody = nil
+	}
+	if ex.resume != nil {
+		ex.resume.shed()
 	}
 	m.inflight.Add(-1)
 	s.active.Add(-1)

@@ -107,9 +107,9 @@ var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), [
 // fasthttp.RequestHeader: the client's headers are copied once, skipping the ones the sidecar
 // drops or sets itself, instead of copied whole and then deleted and set one by one.
 func (ex *exchange) buildRequest(a *attempt) {
-	t, ctx := a.t, ex.ctx
-	rh := &ctx.Request.Header
-	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.path, ctx.URI().QueryString())
+	t := a.t
+	rh, query := ex.requestHead()
+	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.path, query)
 	b := append(ex.upHead[:0], rh.Method()...)
 	b = append(b, ' ')
 	b = append(b, ex.uri...)
@@ -169,9 +169,12 @@ const maxConnectionOptions = 32
 // readConnection collects the options the client's Connection lines name into ex.connection,
 // one per entry (isHopByHop reads each as a one-item line); false when there are more than
 // maxConnectionOptions.
-func (ex *exchange) readConnection() bool {
+func (ex *exchange) readConnection() bool { return ex.readConnectionOf(&ex.ctx.Request.Header) }
+
+// readConnectionOf is readConnection on the request header h: ex.connection are views into it.
+func (ex *exchange) readConnectionOf(h *fasthttp.RequestHeader) bool {
 	ex.connection = ex.connection[:0]
-	for _, line := range ex.ctx.Request.Header.PeekAll(stringConnection) { // fasthttp keeps each line
+	for _, line := range h.PeekAll(stringConnection) { // fasthttp keeps each line
 		for len(line) > 0 {
 			var tok []byte
 			tok, line = cutList(line, ',')
@@ -185,6 +188,15 @@ func (ex *exchange) readConnection() bool {
 		}
 	}
 	return true
+}
+
+// requestHead returns the client's request header and query string: the request's own while
+// the handler runs, and after it the copies a stream that may be resumed keeps (resume.go).
+func (ex *exchange) requestHead() (*fasthttp.RequestHeader, []byte) {
+	if ex.ctx == nil {
+		return &ex.resume.header, ex.resume.query
+	}
+	return &ex.ctx.Request.Header, ex.ctx.URI().QueryString()
 }
 
 // appendHeaderLine appends "k: v" and CRLF.

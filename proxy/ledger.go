@@ -19,9 +19,10 @@ const (
 	PhaseBeforeHeaders Phase = iota // no response headers from the upstream
 	PhaseBeforeContent              // upstream headers seen, nothing sent to the client
 	PhaseCommitted                  // bytes reached the client
+	PhaseResumed                    // a cut stream and its continuation (README, Resume a cut stream)
 )
 
-var phaseNames = [...]string{"before_headers", "before_content", "committed"}
+var phaseNames = [...]string{"before_headers", "before_content", "committed", "resumed"}
 
 func (p Phase) String() string { return phaseNames[p] }
 
@@ -42,6 +43,10 @@ type attemptRecord struct {
 	action   classify.Action
 	duration time.Duration
 	wait     time.Duration // sleep before the retry that followed
+	// A continuation of a cut stream: the bytes of text the client had, and where in them the
+	// continuation's text joins (the text without its trailing whitespace).
+	cont            bool
+	delivered, seam int
 }
 
 // Ledger lists a request's attempts. It renders as a JSON array for the JSON log and as a
@@ -110,6 +115,12 @@ func (l *Ledger) AppendJSON(b []byte) []byte {
 			b = append(b, `,"wait_ms":`...)
 			b = appendMillis(b, r.wait)
 		}
+		if r.cont {
+			b = append(b, `,"delivered_bytes":`...)
+			b = strconv.AppendInt(b, int64(r.delivered), 10)
+			b = append(b, `,"seam":`...)
+			b = strconv.AppendInt(b, int64(r.seam), 10)
+		}
 		b = append(b, '}')
 	}
 	if l.n > maxLedger {
@@ -171,6 +182,12 @@ func (l *Ledger) AppendText(b []byte) []byte {
 		}
 		b = append(b, ' ')
 		b = append(b, r.duration.Round(time.Microsecond).String()...)
+		if r.cont {
+			b = append(b, " delivered="...)
+			b = strconv.AppendInt(b, int64(r.delivered), 10)
+			b = append(b, " seam="...)
+			b = strconv.AppendInt(b, int64(r.seam), 10)
+		}
 	}
 	if l.n > maxLedger {
 		b = append(b, " | +"...)

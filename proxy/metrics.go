@@ -78,6 +78,7 @@ type targetMetrics struct {
 	ejections *metrics.Counter
 	empty     *metrics.Counter
 	probes    [numProbeResults]*metrics.Counter
+	resumes   [numResumeOutcomes]*metrics.Counter // resume.go
 }
 
 // Background probe results, for failover_background_probes_total (prober.go).
@@ -134,6 +135,9 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 		}
 		for r := range numProbeResults {
 			tm.probes[r] = m.set.NewCounter(fmt.Sprintf(`failover_background_probes_total{target=%q,result=%q}`, t.Name, probeResultNames[r]))
+		}
+		for r := range numResumeOutcomes {
+			tm.resumes[r] = m.set.NewCounter(fmt.Sprintf(`failover_resumes_total{target=%q,outcome=%q}`, t.Name, resumeOutcomeNames[r]))
 		}
 		for c := range classify.NumClasses {
 			for a := range classify.NumActions {

@@ -41,6 +41,13 @@ type pipe struct {
 
 	interrupted bool
 	cut         bool // the sidecar interrupted it (the shutdown timeout): no failure of the target's
+
+	// res is set while the stream may be resumed on another target when it is cut (resume.go);
+	// nil otherwise, and then nothing of resume is done.
+	res *resumption
+	// cont: a is the continuation of a cut stream; attemptEnded: a's health effect and ledger
+	// entry are final (endAttempt).
+	cont, attemptEnded bool
 }
 
 // startStream sends attempt a's answer as a stream: headers now, the body from the stream
@@ -76,7 +83,10 @@ func (ex *exchange) startStream(a *attempt) {
 	if ex.clientFD == -2 {
 		ex.clientFD = socketOf(ctx.Conn())
 	}
-	ex.reqBody, ex.upBody = nil, nil // released with the request context; no attempt follows a commit
+	if a.sse && ex.srv.cfg.Resume.On() {
+		p.res = ex.prepareResume() // nil unless the request may be resumed
+	}
+	ex.reqBody, ex.upBody = nil, nil // released with the request context; only a resume follows a commit
 	ex.committedStream = true
 	// Whatever verdict let it out (a commit, or a stop or an exhausted sweep whose answer is
 	// larger than the response buffer), a piped answer is committed: its bytes reach the client
@@ -166,10 +176,10 @@ var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, upstreamBuffe
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
 // the stream complete: README, Streams), or the client left (a write failed, or the client's
 // connection closed while the upstream was silent). Anything else was an interruption, which
-// the client has been shown.
+// the client has been shown. An interruption the stream may be resumed from goes on with the
+// continuation (tryResume).
 func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	ex := p.ex
-	c, body := ex.conn, &ex.body
 	defer p.release()
 	whole := len(p.held)
 	if p.sse {
@@ -180,8 +190,29 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 	}
 	p.held, p.a.body = nil, nil
 	ex.shed()
+	for {
+		err := p.pump(w)
+		if p.res != nil {
+			switch step, left := p.tryResume(w, err); step {
+			case resumeContinues:
+				continue
+			case resumeEnded:
+				return false, left
+			}
+		}
+		return p.finishBody(w, err)
+	}
+}
+
+// pump pipes the upstream body to the client until it ends, and returns how: io.EOF at its
+// proper end, the error that cut it (errDeadline for the idle timeout), errShutdown,
+// errClientGone when a write to the client failed, or why a stream that may be resumed stopped
+// (resumption.stopped).
+func (p *pipe) pump(w net.Conn) error {
+	ex := p.ex
+	c, body := ex.conn, &ex.body
 	if c == nil {
-		return p.finishBody(w, io.EOF)
+		return io.EOF
 	}
 	idle := ex.srv.cfg.Server.IdleTimeout
 	// A non-streaming request's answer (past the response buffer, or an image) is still one
@@ -191,9 +222,11 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 		end = deadlineAfter(p.a.start, ex.srv.cfg.Server.AttemptTimeout)
 	}
 	for {
+		if p.res != nil && p.res.stopped() {
+			return p.res.stopErr()
+		}
 		if ex.srv.abort.Load() {
-			p.cut = true
-			return p.interrupt(w, "the sidecar is shutting down")
+			return errShutdown
 		}
 		if !body.done && body.err == nil {
 			deadline := deadlineAfter(time.Now(), idle)
@@ -201,12 +234,12 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 				deadline = end
 			}
 			if err := ex.waitIdle(c, deadline); err != nil {
-				return p.finishBody(w, err)
+				return err
 			}
 		}
 		data, err := body.next()
 		if len(data) == 0 {
-			return p.finishBody(w, c.cause(err))
+			return c.cause(err)
 		}
 		whole := len(data)
 		if p.sse {
@@ -215,7 +248,7 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 		err = p.forward(w, nil, data, whole)
 		body.consume(len(data))
 		if err != nil {
-			return false, true
+			return errClientGone
 		}
 	}
 }
@@ -230,26 +263,47 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
 	case err == errClientGone:
 		return false, true
-	case err == errDeadline:
-		return p.interrupt(w, "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT")
 	case err == errShutdown:
 		p.cut = true
 		return p.interrupt(w, "the sidecar is shutting down")
-	case err != io.EOF:
-		return p.interrupt(w, "the upstream connection failed after output began")
-	case p.sse && p.ex.gate.Failed():
+	}
+	if msg := p.interruption(err); msg != "" {
+		return p.interrupt(w, msg)
+	}
+	if p.sse && p.ex.gate.Failed() {
 		// The upstream's own error event reached the client, which needs no second one; the
 		// body is still left unterminated, even after a proper final event, so that a client
 		// reading only the transport sees the failure too.
 		p.interrupted = true
 		return false, false
-	case p.sse && !p.ex.gate.Finished():
-		return p.interrupt(w, "the upstream ended the stream without its final event")
 	}
 	if err := p.send(w, nil, true); err != nil {
 		return false, true
 	}
 	return true, false
+}
+
+// interruption says why the upstream body's end with err interrupts the stream (the message of
+// the final error event), or "" when it does not: a clean end, the client gone, the shutdown
+// (finishBody deals with it), or an end after the upstream's own error event reached the client.
+func (p *pipe) interruption(err error) string {
+	switch {
+	case err == errClientGone || err == errShutdown:
+		return ""
+	case err == errDeadline:
+		return "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT"
+	case err == errUpstreamEvent:
+		return "the upstream sent an error event after output began"
+	case err == errUnspliceable:
+		return "the continuation sent an event too large to splice"
+	case err != io.EOF:
+		return "the upstream connection failed after output began"
+	case p.sse && p.ex.gate.Failed():
+		return ""
+	case p.sse && !p.ex.gate.Finished():
+		return "the upstream ended the stream without its final event"
+	}
+	return ""
 }
 
 // interrupt writes the family's final error event (SSE) and leaves the body unterminated: the
@@ -260,11 +314,25 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 // reset, a stall): no second one is added.
 func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 	p.interrupted = true
-	if p.sse && !p.ex.gate.Failed() {
+	if p.sse && (!p.ex.gate.Failed() || p.res != nil && len(p.res.errEvent) > 0) {
+		return p.sendInterruption(w, msg)
+	}
+	return false, false
+}
+
+// sendInterruption writes an SSE stream's final error event: the upstream's own, when it was
+// held back for a resume that did not happen (resume.go), else the family's with msg.
+func (p *pipe) sendInterruption(w net.Conn, msg string) (clean, clientLeft bool) {
+	p.interrupted = true
+	var ev []byte
+	if p.res != nil && len(p.res.errEvent) > 0 {
+		ev = p.res.errEvent
+	} else {
 		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
-		if err := p.send(w, nil, false, p.tail); err != nil {
-			return false, true
-		}
+		ev = p.tail
+	}
+	if err := p.send(w, nil, false, ev); err != nil {
+		return false, true
 	}
 	return false, false
 }
@@ -276,6 +344,9 @@ func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 // events with nothing held, the common case (providers write whole events), is sent from
 // where it was read.
 func (p *pipe) forward(w net.Conn, pre, data []byte, whole int) error {
+	if p.res != nil && p.res.reading() {
+		return p.forwardResumable(w, pre, data, whole)
+	}
 	if p.passing {
 		if whole == 0 {
 			return p.send(w, pre, false, data) // more of an event too large to hold
@@ -304,16 +375,22 @@ func (p *pipe) forward(w net.Conn, pre, data []byte, whole int) error {
 	} else if pre != nil {
 		err = p.send(w, pre, false) // the headers: the replayed bytes are all an event's start
 	}
+	p.keep(held, rest)
+	return err
+}
+
+// keep holds the start of an event whose end has not arrived: held (what the hold buffer
+// holds, or nothing) followed by rest.
+func (p *pipe) keep(held, rest []byte) {
 	if len(held)+len(rest) == 0 {
 		p.release()
-		return err
+		return
 	}
 	if p.hold == nil {
 		p.hold = holdBuffers.Get().(*[]byte)
 		held = (*p.hold)[:0]
 	}
 	*p.hold = append(held, rest...)
-	return err
 }
 
 // release gives the buffer that held the start of an event back: what it held is dropped.
@@ -384,24 +461,39 @@ func (p *pipe) armWrite(w net.Conn) {
 // every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
-	s := ex.srv
 	clientLeft = clientLeft || ex.gone
-	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
 	if p.sse && ex.gate.Failed() {
 		// The upstream's own error event reached the client: the stream failed after output
 		// began, however it ended (finishBody does not terminate such a body).
 		p.interrupted = true
 	}
-	if p.interrupted {
-		o.Kind = classify.KindInterrupted
-	}
-	v := s.policy.Decide(&o)
+	v := p.endAttempt(clientLeft)
 	switch {
 	case clientLeft:
 		ex.outcome, ex.status = OutcomeCancelled, v.Status
 	case p.interrupted:
 		ex.outcome = OutcomePartial
 	}
+	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
+	ex.closeConn()
+	ex.finish()
+}
+
+// endAttempt decides how the attempt the stream comes from (p.a) ended, and, the first time,
+// applies it: an interruption counts against the target (unless the sidecar cut the stream),
+// and the attempt's ledger entry gets its duration and class.
+func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
+	ex := p.ex
+	s := ex.srv
+	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
+	if p.interrupted {
+		o.Kind = classify.KindInterrupted
+	}
+	v := s.policy.Decide(&o)
+	if p.attemptEnded {
+		return v
+	}
+	p.attemptEnded = true
 	if v.Health == classify.HealthFailure && !p.cut {
 		if ejected, d := p.a.t.health.Failure(s.clock.Now()); ejected {
 			ex.ejected(p.a, d, "stream_interrupted")
@@ -413,7 +505,12 @@ func (p *pipe) end(clientLeft bool) {
 			r.class, r.reason = v.Class, v.Reason
 		}
 	}
-	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
-	ex.closeConn()
-	ex.finish()
+	if p.cont {
+		outcome := resumeOK
+		if p.interrupted && !p.cut && !clientLeft {
+			outcome = resumeInterrupted
+		}
+		p.a.t.metrics.resumes[outcome].Inc()
+	}
+	return v
 }

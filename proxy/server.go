@@ -15,6 +15,7 @@
 //	headers.go    the upstream request's head, and the response headers the client gets
 //	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
 //	pipe.go       a committed stream or large body, piped on its own goroutine
+//	resume.go     a cut stream continued on another target (FAILOVER_RESUME)
 //	upstream.go   connections to targets, their pool, and the reads that wait in slices (pollReader)
 package proxy
 

@@ -40,6 +40,7 @@ type Target struct {
 	paths   [][]byte
 	weight  int
 	retries int
+	resume  resumeMode // how it continues a cut stream (README, Resume a cut stream)
 
 	health  *budget.Health
 	pool    *pool
@@ -113,6 +114,11 @@ func newTarget(i int, tc *TargetConfig, s *ServerConfig, b *budget.Config, roots
 	t.headers, t.models, t.paths = f.headers, f.models, f.paths
 	if tc.Model != "" {
 		t.model = []byte(tc.Model)
+	}
+	var ok bool
+	if t.resume, ok = parseResumeMode(tc.Resume); !ok {
+		// Load refuses it; a configuration built in code must not be resumed some other way.
+		return nil, fmt.Errorf("RESUME=%q: %s", tc.Resume, resumeModeHelp)
 	}
 	t.health = budget.NewHealth(b)
 	var tlsConfig *tls.Config

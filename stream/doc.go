@@ -9,6 +9,10 @@
 // commit it watches the piped bytes, without holding them, for the family's
 // terminal event (for chat and other, also for the finish_reason or ".done"
 // event that completes a stream) so the proxy can tell a proper end from a cut.
+// A Transcript records what a committed chat or messages stream delivered (its
+// text, and whether it showed anything else), so that a cut stream can be
+// continued on another target, and turns a continuation's events into events of
+// the stream the client has.
 //
 // The package decides only what the bytes say. It never retries, never picks a
 // target, never maps an error to a status, never touches HTTP or sockets and

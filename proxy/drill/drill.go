@@ -51,6 +51,9 @@ type scenario struct {
 	// quota, when set, sends requests until the first target has answered once (its answer
 	// reports a quota spent) before the request the row shows (see playQuota).
 	quota bool
+	// resume, when set, turns FAILOVER_RESUME on with every target resumable by prefill, when
+	// the environment does not turn it on with a target marked (README, Resume a cut stream).
+	resume bool
 }
 
 // result is what happened in one scenario.
@@ -146,26 +149,30 @@ func scenarios() []*scenario {
 				return rest(i, streamOK(fmt.Sprint(i)))
 			},
 			check: func(r *result) string {
-				// Output reached the client when it got the primary's bytes or the ledger says
-				// the first attempt committed. A policy that gives up on the primary before its
-				// first token (FAILOVER_FIRST_BYTE_TIMEOUT shorter than the drill's pauses) moves
-				// on before anything is committed, and the next target answering is no replay.
-				reached := bytes.Contains(r.body, []byte("partial "))
-				if !reached && !r.firstCommitted() {
-					return ""
+				if r.resumed() { // the environment turns resume on
+					return r.resumedCheck("")
 				}
-				for i := 1; i < len(r.calls); i++ {
-					if r.calls[i] > 0 {
-						return "a target was called after output reached the client (replay after commit)"
-					}
+				return r.noReplayCheck("partial ")
+			}},
+		{name: "cut stream resumed", path: chatPath, body: streamBody, stream: true, resume: true,
+			script: func(i, n int) []pt.Step {
+				if i == 0 {
+					s := pt.SSE(pt.Events(5*time.Millisecond, pt.ChatRole, pt.ChatDelta("The answer "), pt.ChatDelta("is forty"))...)
+					s.Fault = pt.FaultTruncate
+					return []pt.Step{s}
 				}
-				if !reached {
-					return "the client did not get the output that was produced"
+				// Another target's continuation, with its own chunk id.
+				s := pt.SSE(pt.ChatStream(5*time.Millisecond, "-two.")...)
+				for j := range s.Chunks {
+					s.Chunks[j].Data = strings.ReplaceAll(s.Chunks[j].Data, "chatcmpl-test", fmt.Sprintf("chatcmpl-drill-%d", i))
 				}
-				if r.bodyErr == nil && !bytes.Contains(r.body, []byte("stream_interrupted")) {
-					return "the client saw a clean end of an interrupted stream"
+				return rest(i, s)
+			},
+			check: func(r *result) string {
+				if r.resumed() {
+					return r.resumedCheck("The answer is forty-two.")
 				}
-				return ""
+				return r.noReplayCheck("is forty") // the policy does not resume: it ends as any cut stream
 			}},
 		{name: "finished stream without [DONE]", path: chatPath, body: streamBody, stream: true,
 			script: func(i, n int) []pt.Step {
@@ -302,7 +309,7 @@ func run(cfg *proxy.Config, w io.Writer, list []*scenario) int {
 	start := time.Now()
 	for i, sc := range list {
 		r := play(cfg, names, sc, i+1)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.name+r.note, r.describe(), field(r.record, "attempts"), r.statusText(), field(r.record, "target"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.name+r.note, r.describe(), field(r.record, "attempts"), r.statusText(), r.servedBy())
 		for _, p := range r.problems {
 			failures = append(failures, sc.name+": "+p)
 		}
@@ -344,12 +351,21 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 	}
 	cfg := *base
 	cfg.Targets = make([]proxy.TargetConfig, len(names))
+	resumable := false
 	for i, name := range names {
 		t := proxy.TargetConfig{URL: ups[i].URL, Name: name, Auth: "bearer", Weight: 1, Retries: base.Budget.SameTargetRetries}
 		if i < len(base.Targets) {
-			t.Weight, t.Retries = base.Targets[i].Weight, base.Targets[i].Retries
+			t.Weight, t.Retries, t.Resume = base.Targets[i].Weight, base.Targets[i].Retries, base.Targets[i].Resume
+			resumable = resumable || t.Resume != ""
 		}
 		cfg.Targets[i] = t
+	}
+	if sc.resume && !(cfg.Resume.On() && resumable) {
+		cfg.Resume = proxy.ResumeConfig{Mode: "on", Max: max(cfg.Resume.Max, 1)}
+		for i := range cfg.Targets {
+			cfg.Targets[i].Resume = "prefill"
+		}
+		r.note = " (drill resume)"
 	}
 	if sc.successRule != "" && len(cfg.SuccessRules) == 0 {
 		cfg.SuccessRules = []classify.Rule{{Pattern: regexp.MustCompile(sc.successRule)}}
@@ -635,6 +651,84 @@ func (r *result) checkInvariants(cfg *proxy.Config) {
 	}
 }
 
+// noReplayCheck checks a stream cut after output (the primary's, which has shown) that was not
+// resumed. Output reached the client when it got the primary's bytes or the ledger says the
+// first attempt committed. A policy that gives up on the primary before its first token
+// (FAILOVER_FIRST_BYTE_TIMEOUT shorter than the drill's pauses) moves on before anything is
+// committed, and the next target answering is no replay.
+func (r *result) noReplayCheck(shown string) string {
+	reached := bytes.Contains(r.body, []byte(shown))
+	if !reached && !r.firstCommitted() {
+		return ""
+	}
+	for i := 1; i < len(r.calls); i++ {
+		if r.calls[i] > 0 {
+			return "a target was called after output reached the client (replay after commit)"
+		}
+	}
+	if !reached {
+		return "the client did not get the output that was produced"
+	}
+	if r.bodyErr == nil && !bytes.Contains(r.body, []byte("stream_interrupted")) {
+		return "the client saw a clean end of an interrupted stream"
+	}
+	return ""
+}
+
+// resumed reports whether the ledger shows a resumed stream.
+func (r *result) resumed() bool {
+	ledger, _ := r.record["ledger"].([]any)
+	for _, e := range ledger {
+		if m, _ := e.(map[string]any); m["phase"] == "resumed" {
+			return true
+		}
+	}
+	return false
+}
+
+// resumedCheck checks what the client read of a resumed chat stream: one stream (every chunk
+// with the first one's id, one [DONE], last), no error, a clean end, and, when text is set,
+// exactly that text: nothing the client had was sent again.
+func (r *result) resumedCheck(text string) string {
+	var got strings.Builder
+	ids := map[string]bool{}
+	done, last := 0, ""
+	for _, ev := range strings.Split(string(r.body), "\n\n") {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok {
+			continue
+		}
+		last = data
+		if data == "[DONE]" {
+			done++
+			continue
+		}
+		var chunk struct {
+			ID      string `json:"id"`
+			Error   any    `json:"error"`
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &chunk) != nil || chunk.Error != nil {
+			return "the resumed stream carried an error or an event that is not JSON"
+		}
+		ids[chunk.ID] = true
+		for _, c := range chunk.Choices {
+			got.WriteString(c.Delta.Content)
+		}
+	}
+	switch {
+	case r.bodyErr != nil:
+		return "the resumed stream did not end cleanly"
+	case len(ids) != 1 || done != 1 || last != "[DONE]":
+		return fmt.Sprintf("the client did not read one stream: %d chunk ids, %d [DONE]", len(ids), done)
+	case text != "" && got.String() != text:
+		return fmt.Sprintf("the client read %q, want %q (replay after commit)", got.String(), text)
+	}
+	return ""
+}
+
 // firstCommitted reports whether the first attempt's ledger entry committed.
 func (r *result) firstCommitted() bool {
 	if r.record == nil {
@@ -666,7 +760,11 @@ func (r *result) describe() string {
 				what += " " + c
 			}
 		}
-		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, m["action"]))
+		action := m["action"]
+		if m["phase"] == "resumed" && m["class"] == "interrupted" {
+			action = "resumed"
+		}
+		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, action))
 	}
 	out := r.story + strings.Join(parts, ", ")
 	if o := fmt.Sprint(r.record["outcome"]); o != "ok" && o != "ok_after_failover" {
@@ -685,6 +783,20 @@ func (r *result) statusText() string {
 		return fmt.Sprintf("%d+error", r.status)
 	}
 	return fmt.Sprint(r.status)
+}
+
+// servedBy names the target that answered (X-Failover-Target), and the one that continued a
+// resumed stream: "primary→secondary".
+func (r *result) servedBy() string {
+	by := field(r.record, "target")
+	if !r.resumed() {
+		return by
+	}
+	ledger, _ := r.record["ledger"].([]any)
+	if m, _ := ledger[len(ledger)-1].(map[string]any); m["phase"] == "resumed" && m["target"] != nil {
+		by += fmt.Sprintf("→%v", m["target"])
+	}
+	return by
 }
 
 func field(rec map[string]any, k string) string {

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"io"
 	"strings"
 	"testing"
 
@@ -348,5 +349,52 @@ func TestQuotaRunningOutDrill(t *testing.T) {
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("spent %v, calls %v: check %q, want %q", tc.spent, tc.calls, got, tc.want)
 		}
+	}
+}
+
+// "cut stream resumed" under the default policy: the drill turns resume on for it and says so,
+// and the row shows the continuation from the secondary.
+func TestCutStreamResumedDrill(t *testing.T) {
+	cfg, err := proxy.Load(nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scenarioNamed(t, "cut stream resumed")
+	r := play(cfg, []string{"primary", "secondary"}, sc, 1)
+	if len(r.problems) > 0 || r.note != " (drill resume)" || r.servedBy() != "primary→secondary" || r.statusText() != "200" {
+		t.Fatalf("problems %q, note %q, served by %q, status %s", r.problems, r.note, r.servedBy(), r.statusText())
+	}
+	if d := r.describe(); d != "primary 200 interrupted→resumed, secondary 200→commit" {
+		t.Fatalf("described as %q", d)
+	}
+}
+
+// The check of a resumed stream judges what the client read: one stream with one id and one
+// [DONE], a clean end, and the text without anything sent twice.
+func TestResumedCheck(t *testing.T) {
+	chunk := func(id, text string) string {
+		return `data: {"id":"` + id + `","choices":[{"delta":{"content":"` + text + `"}}]}` + "\n\n"
+	}
+	resumed := map[string]any{"ledger": []any{entry("primary", "resumed"), entry("secondary", "resumed")}}
+	for _, tc := range []struct {
+		name string
+		body string
+		err  error
+		want string // a substring of the problem, "" for none
+	}{
+		{"one stream", chunk("a", "The answer ") + chunk("a", "is forty") + ": failover resumed on secondary\n\n" + chunk("a", "-two.") + "data: [DONE]\n\n", nil, ""},
+		{"two ids", chunk("a", "The answer is forty") + chunk("b", "-two.") + "data: [DONE]\n\n", nil, "2 chunk ids"},
+		{"the delivered text again", chunk("a", "The answer is forty") + chunk("a", "The answer is forty-two.") + "data: [DONE]\n\n", nil, "replay after commit"},
+		{"no [DONE]", chunk("a", "The answer is forty-two."), nil, "0 [DONE]"},
+		{"an error event", chunk("a", "The answer is forty") + `data: {"error":{"code":"stream_interrupted"}}` + "\n\n", nil, "error"},
+		{"an aborted body", chunk("a", "The answer is forty-two.") + "data: [DONE]\n\n", io.ErrUnexpectedEOF, "did not end cleanly"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &result{body: []byte(tc.body), bodyErr: tc.err, record: resumed}
+			got := r.resumedCheck("The answer is forty-two.")
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("check: %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -62,6 +62,24 @@ func TestChatCompletions(t *testing.T) {
 			err:     &errorObject{typ: "failover_error", code: "stream_interrupted"},
 		},
 		{
+			// README, Resume a cut stream: the continuation's chunks carry the first stream's id,
+			// so the accumulator takes them, and its text follows the text the app had.
+			name:    "a cut stream resumed on another target",
+			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)}, {chatWordsFrom("t1", " from", " t1")}},
+			env:     resumeEnv,
+			text:    "Hello from t1",
+			seen:    []string{"chatcmpl-t0"},
+		},
+		{
+			name: "a resume the target refuses leaves the app the original error",
+			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)},
+				{pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value"))}},
+			env:  resumeEnv,
+			text: "Hello",
+			seen: []string{"chatcmpl-t0"},
+			err:  &errorObject{typ: "failover_error", code: "stream_interrupted"},
+		},
+		{
 			name:    "a non-streaming request transfers",
 			single:  true,
 			targets: [][]pt.Step{{overloaded}, {relabel(pt.JSON(200, pt.ChatCompletion("Hello from t1")), "chatcmpl-test", "chatcmpl-t1")}},
@@ -75,6 +93,12 @@ func TestChatCompletions(t *testing.T) {
 // carrying the id chatcmpl-<who>.
 func chatStream(who string) pt.Step {
 	return relabel(pt.SSE(pt.ChatStream(0, "Hello", " from", " "+who)...), "chatcmpl-test", "chatcmpl-"+who)
+}
+
+// chatWordsFrom is a whole chat stream of these words from the target who, its chunks carrying
+// the id chatcmpl-<who>.
+func chatWordsFrom(who string, words ...string) pt.Step {
+	return relabel(pt.SSE(pt.ChatStream(0, words...)...), "chatcmpl-test", "chatcmpl-"+who)
 }
 
 // chatEvents is a chat stream of these events from the target who, its chunks carrying the id

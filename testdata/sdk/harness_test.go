@@ -68,6 +68,9 @@ var baseEnv = []string{
 	"FAILOVER_ATTEMPT_TIMEOUT=10s",
 }
 
+// resumeEnv turns resume on (README, Resume a cut stream), with FAILOVER_TARGET_1 resumable.
+var resumeEnv = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=prefill"}
+
 // play runs each conversation with the SDK, in parallel, each through a sidecar of its own.
 func play(t *testing.T, sdk client, conversations []conversation) {
 	for _, c := range conversations {

@@ -47,7 +47,39 @@ func TestMessages(t *testing.T) {
 			seen:    []string{"msg_t0"},
 			err:     &errorObject{status: 200, typ: "api_error", code: "stream_interrupted"},
 		},
+		{
+			// README, Resume a cut stream: the continuation's message_start is dropped and its
+			// text goes on in the open block, so the message accumulates as one.
+			name: "an overloaded_error after content resumed on another target",
+			targets: [][]pt.Step{{messagesEvents("t0", append(chunkData(pt.AnthropicStream(0, "Hello"))[:4], overloaded)...)},
+				{messagesWordsFrom("t1", " from", " t1")}},
+			env:  resumeEnv,
+			text: "Hello from t1",
+			seen: []string{"msg_t0"},
+		},
+		{
+			name:    "a cut stream resumed on another target",
+			targets: [][]pt.Step{{cutAfter(messagesStream("t0"), `"text":" from"`)}, {messagesWordsFrom("t1", " from", " t1")}},
+			env:     resumeEnv,
+			text:    "Hello from t1",
+			seen:    []string{"msg_t0"},
+		},
 	})
+}
+
+// messagesWordsFrom is a whole Messages stream of these words from the target who, in a message
+// with the id msg_<who>.
+func messagesWordsFrom(who string, words ...string) pt.Step {
+	return relabel(pt.SSE(pt.AnthropicStream(0, words...)...), "msg_test", "msg_"+who)
+}
+
+// chunkData is the data of each chunk.
+func chunkData(chunks []pt.Chunk) []string {
+	out := make([]string, len(chunks))
+	for i, c := range chunks {
+		out[i] = c.Data
+	}
+	return out
 }
 
 // messagesStream is a whole Messages stream from the target who: "Hello from <who>", in a

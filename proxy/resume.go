@@ -1,0 +1,501 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
+)
+
+// Resume (README, Resume a cut stream): with FAILOVER_RESUME=on, a committed chat or messages
+// stream that is cut while it has delivered nothing but text is continued on a target marked
+// resumable. The continuation is asked for with the delivered text as a partial assistant
+// turn, goes through the gate like any attempt, and only once it carries text are its events
+// spliced into the client's open stream (stream.Transcript). A resume that fails leaves the
+// client with the original interruption's error event, as without resume.
+//
+// The cost is paid only by a stream that may be resumed: the client's body and headers are
+// copied at commit (the request context is gone once the stream runs on its own goroutine),
+// and its events are parsed as they go out. Every other stream only checks that p.res is nil.
+
+// ResumeConfig is the FAILOVER_RESUME section: read once at start, immutable afterwards.
+type ResumeConfig struct {
+	Mode string `env:"RESUME" envDefault:"off"` // on, off
+	Max  int    `env:"RESUME_MAX" envDefault:"1"`
+}
+
+// On reports whether cut streams may be resumed.
+func (c *ResumeConfig) On() bool { return c.Mode == "on" }
+
+// resumeMode is how a target continues an answer (FAILOVER_TARGET_<i>_RESUME).
+type resumeMode uint8
+
+const (
+	resumeNone     resumeMode = iota // not resumable
+	resumePrefill                    // a trailing assistant message (Anthropic; chat servers that take it as a prefix)
+	resumePrefix                     // chat: a trailing assistant message with "prefix": true (DeepSeek, Mistral)
+	resumeContinue                   // chat: a trailing assistant message and "continue_final_message": true (vLLM)
+)
+
+var resumeModeNames = [...]string{resumeNone: "", resumePrefill: "prefill", resumePrefix: "prefix", resumeContinue: "continue"}
+
+const resumeModeHelp = "must be prefill, prefix, continue, or empty (not resumable)"
+
+// parseResumeMode reads a _RESUME value (any case); ok is false for an unknown one.
+func parseResumeMode(s string) (m resumeMode, ok bool) {
+	for i, name := range resumeModeNames {
+		if strings.EqualFold(s, name) {
+			return resumeMode(i), true
+		}
+	}
+	return resumeNone, false
+}
+
+// validateResume checks FAILOVER_RESUME, FAILOVER_RESUME_MAX and each target's _RESUME.
+func (l *loader) validateResume(c *Config) {
+	r := &c.Resume
+	r.Mode = strings.ToLower(r.Mode)
+	if r.Mode != "on" && r.Mode != "off" {
+		l.problem("%s: must be on or off", l.shown(envPrefix+"RESUME"))
+	}
+	if r.Max < 0 {
+		l.problem("%s: must be >= 0", l.shown(envPrefix+"RESUME_MAX"))
+	}
+	for i := range c.Targets {
+		t := &c.Targets[i]
+		m, ok := parseResumeMode(t.Resume)
+		if !ok {
+			l.problem("%s: %s", l.shown(fmt.Sprintf("%sTARGET_%d_RESUME", envPrefix, i)), resumeModeHelp)
+			continue
+		}
+		t.Resume = resumeModeNames[m]
+	}
+}
+
+// describe renders the section for -check.
+func (c *ResumeConfig) describe(targets []TargetConfig) string {
+	line := fmt.Sprintf("FAILOVER_RESUME=%s  FAILOVER_RESUME_MAX=%d", c.Mode, c.Max)
+	if !c.On() {
+		return line
+	}
+	for _, t := range targets {
+		if t.Resume != "" {
+			return line
+		}
+	}
+	return line + "  (no target is marked resumable: set FAILOVER_TARGET_<i>_RESUME)"
+}
+
+// Outcomes of a resume, for failover_resumes_total.
+const (
+	resumeOK          = iota // the continuation reached the client and was not cut by its target
+	resumeFailed             // the resume target gave no text: the client got the original error
+	resumeInterrupted        // the continuation was cut too
+	numResumeOutcomes
+)
+
+var resumeOutcomeNames = [numResumeOutcomes]string{"ok", "failed", "interrupted"}
+
+// Why a stream that may be resumed stopped before its body ended (resumption.stopped).
+var (
+	errUpstreamEvent = errors.New("the upstream sent an error event")
+	errUnspliceable  = errors.New("an event too large to read whole")
+)
+
+// resumption is what a committed stream keeps to be continued on another target when it is
+// cut: the client's request, copied at commit, and the transcript of what the client got.
+// Part of the exchange: allocated the first time one of its requests may be resumed, then
+// kept with it; owned with the exchange by the stream goroutine. Not safe for concurrent use.
+type resumption struct {
+	tr     stream.Transcript
+	parser fastjson.Parser
+	header fasthttp.RequestHeader // the client's request header
+	query  []byte                 // its query string
+	body   []byte                 // its body
+	msgEnd int                    // the index of the closing bracket of body's "messages"
+	objEnd int                    // the index of body's closing brace
+	cont   []byte                 // the body the continuation is asked with
+
+	resumes int  // resumes made
+	spliced bool // the stream goes on with a continuation
+
+	// errEvent is the upstream's error event, held back until the resume says whether the
+	// client gets it; broken, an event that could not be read or spliced whole.
+	errEvent []byte
+	broken   bool
+
+	scratch []byte // whole events whose start was held
+	out     []byte // a continuation's events as the client gets them
+	comment []byte
+}
+
+// reading reports whether the stream's events must go through the transcript: while it may
+// still be resumed, and always once it goes on with a continuation (whose events are rewritten).
+// A stream that showed anything but text, or its end, goes on as any other.
+func (r *resumption) reading() bool { return r.spliced || r.tr.Eligible() }
+
+// stopped reports whether the stream stopped before its body ended: an error event held back,
+// or an event it could not splice.
+func (r *resumption) stopped() bool { return len(r.errEvent) > 0 || r.broken }
+
+// stopErr is how the stream stopped, for pipe.interruption.
+func (r *resumption) stopErr() error {
+	if r.broken {
+		return errUnspliceable
+	}
+	return errUpstreamEvent
+}
+
+// hold keeps a copy of the upstream's error event ev (nil: none).
+func (r *resumption) hold(ev []byte) {
+	if ev != nil {
+		r.errEvent = append(r.errEvent[:0], ev...)
+	}
+}
+
+// shed drops what a request left that it should not keep: buffers grown past shedAbove, and
+// the client's header (its credentials, its cookies).
+func (r *resumption) shed() {
+	r.header.Reset()
+	for _, b := range []*[]byte{&r.query, &r.body, &r.cont, &r.errEvent, &r.scratch, &r.out} {
+		if cap(*b) > shedAbove {
+			*b = nil
+		}
+	}
+	r.tr.Shed(shedAbove)
+}
+
+// prepareResume readies the stream about to commit to be resumed, when the request may be: a
+// chat or messages request whose body is a JSON object with a non-empty "messages" that does
+// not end with an assistant message (a client's own prefill is not continued), with n absent or
+// 1 and no logprobs (chat), and a candidate marked resumable. It copies what an attempt needs
+// of the request, which the handler's context holds only until the stream starts. nil: the
+// stream cannot be resumed.
+func (ex *exchange) prepareResume() *resumption {
+	if ex.family != stream.Chat && ex.family != stream.Messages || !ex.fields.json || !ex.anyResumable() {
+		return nil
+	}
+	if ex.resume == nil {
+		ex.resume = new(resumption)
+	}
+	r := ex.resume
+	if !resumableRequest(&r.parser, ex.family, ex.reqBody) {
+		return nil
+	}
+	if r.msgEnd, r.objEnd = messagesEnd(ex.reqBody); r.msgEnd < 0 {
+		return nil
+	}
+	ctx := ex.ctx
+	r.body = append(r.body[:0], ex.reqBody...)
+	r.query = append(r.query[:0], ctx.URI().QueryString()...)
+	ctx.Request.Header.CopyTo(&r.header)
+	ex.readConnectionOf(&r.header) // the request's header goes with its context
+	r.tr.Reset(ex.family)
+	r.resumes, r.spliced, r.broken, r.errEvent = 0, false, false, r.errEvent[:0]
+	return r
+}
+
+// anyResumable reports whether a candidate is marked resumable.
+func (ex *exchange) anyResumable() bool {
+	for _, i := range ex.cands {
+		if ex.srv.targets[i].resume != resumeNone {
+			return true
+		}
+	}
+	return false
+}
+
+// resumableRequest reads what a request asks that makes a continuation of its answer
+// impossible or wrong (see prepareResume).
+func resumableRequest(p *fastjson.Parser, f stream.Family, body []byte) bool {
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return false
+	}
+	msgs := v.GetArray("messages")
+	if len(msgs) == 0 || string(msgs[len(msgs)-1].GetStringBytes("role")) == "assistant" {
+		return false
+	}
+	if f == stream.Chat {
+		if n := v.Get("n"); n != nil && n.Type() != fastjson.TypeNull && v.GetFloat64("n") != 1 {
+			return false
+		}
+		if v.GetBool("logprobs") {
+			return false
+		}
+		if tl := v.Get("top_logprobs"); tl != nil && tl.Type() != fastjson.TypeNull {
+			return false
+		}
+	}
+	return true
+}
+
+// messagesEnd finds, in a body that is a valid JSON object, the closing bracket of its
+// top-level "messages" array (the last one, as parsers read a duplicate key) and the object's
+// closing brace; -1 when there is no such array.
+func messagesEnd(b []byte) (msgEnd, objEnd int) {
+	msgEnd = -1
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return -1, -1
+	}
+	for i = skipWS(b, i+1); i < len(b); i = skipWS(b, i) {
+		switch b[i] {
+		case '}':
+			return msgEnd, i
+		case ',':
+			i = skipWS(b, i+1)
+		}
+		keyEnd := skipString(b, i)
+		if keyEnd < 0 {
+			return -1, -1
+		}
+		vs := skipWS(b, skipWS(b, keyEnd)+1) // past the colon
+		ve := skipValue(b, vs)
+		if ve < 0 {
+			return -1, -1
+		}
+		if b[vs] == '[' && jsonKeyIs(b[i+1:keyEnd-1], "messages") {
+			msgEnd = ve - 1
+		}
+		i = ve
+	}
+	return -1, -1
+}
+
+// continuationBody makes the body the continuation is asked with on target t: the client's,
+// with the delivered text (Prefill) as a final assistant message, in the form t takes, and
+// points the exchange's body and fields at it (a _MODEL substitution then applies as usual).
+func (ex *exchange) continuationBody(t *Target) {
+	r := ex.resume
+	b := append(r.cont[:0], r.body[:r.msgEnd]...)
+	b = append(b, `,{"role":"assistant","content":`...)
+	b = appendJSONStr(b, b2s(r.tr.Prefill()))
+	if ex.family == stream.Chat && t.resume == resumePrefix {
+		b = append(b, `,"prefix":true`...)
+	}
+	b = append(b, '}')
+	if ex.family == stream.Chat && t.resume == resumeContinue {
+		b = append(b, r.body[r.msgEnd:r.objEnd]...)
+		b = append(b, `,"continue_final_message":true,"add_generation_prompt":false`...)
+		b = append(b, r.body[r.objEnd:]...)
+	} else {
+		b = append(b, r.body[r.msgEnd:]...)
+	}
+	r.cont = b
+	ex.reqBody, ex.fields = b, scanRequest(b)
+}
+
+// resumeCandidate returns the candidate a stream cut on target from is resumed on: the first
+// one marked resumable and usable now, in the request's sweep order after from, going round to
+// those before it and from itself last; nil when there is none.
+func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
+	n, pos := len(ex.cands), 0
+	for i, c := range ex.cands {
+		if c == from.Index {
+			pos = i
+		}
+	}
+	for k := 1; k <= n; k++ {
+		if t := ex.srv.targets[ex.cands[(pos+k)%n]]; t.resume != resumeNone && t.health.Usable(now) {
+			return t
+		}
+	}
+	return nil
+}
+
+// forwardResumable is forward for a stream that may be resumed (resumption.reading): the whole events go through
+// the transcript before they go out (Feed), or, once the stream goes on with a continuation,
+// are rewritten into the client's stream (Rewrite). An error event is held back, and the pipe
+// stops there (resumption.stopped). An event too large to hold back cannot be read whole: the
+// stream then goes on as any other, without resume, or, spliced, stops.
+func (p *pipe) forwardResumable(w net.Conn, pre, data []byte, whole int) error {
+	r := p.res
+	var held []byte
+	if p.hold != nil {
+		held = *p.hold
+	}
+	rest := data[whole:]
+	if len(rest) > holdLimit || whole == 0 && len(held)+len(data) > holdLimit {
+		if !r.spliced {
+			p.res = nil
+			return p.forward(w, pre, data, whole)
+		}
+		r.broken = true
+		p.release()
+		return nil
+	}
+	events := data[:whole]
+	if len(held) > 0 && whole > 0 {
+		r.scratch = append(append(r.scratch[:0], held...), events...)
+		events, held = r.scratch, held[:0]
+	}
+	var err error
+	switch {
+	case whole == 0:
+		if pre != nil {
+			err = p.send(w, pre, false)
+		}
+	case !r.spliced:
+		n, errEvent := r.tr.Feed(events)
+		err = p.send(w, pre, false, events[:n])
+		r.hold(errEvent)
+	default:
+		var n int
+		var errEvent []byte
+		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], events)
+		err = p.send(w, pre, false, r.out)
+		r.hold(errEvent)
+		r.broken = r.broken || errEvent == nil && n < len(events)
+	}
+	if r.stopped() {
+		p.release()
+		return err
+	}
+	p.keep(held, rest)
+	return err
+}
+
+// resumeStep is what tryResume did.
+type resumeStep uint8
+
+const (
+	resumeSkipped   resumeStep = iota // nothing: the stream ends as it would without resume
+	resumeContinues                   // the continuation committed: the pipe goes on with it
+	resumeEnded                       // the resume failed: the client got the original error, the stream is over
+)
+
+// tryResume continues the stream on another target when the upstream body's end with err is
+// an interruption, and classify.Resume allows it. The interrupted attempt ends here, and one
+// attempt is made on the candidate (resumeCandidate) with the continuation body, through the
+// gate like any attempt. When it commits with text, its events are spliced into the client's
+// stream after an SSE comment naming it. When it does not, nothing of it reaches the client,
+// which gets the original interruption's error event; clientLeft reports a failed write then.
+func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft bool) {
+	r, ex := p.res, p.ex
+	s := ex.srv
+	msg := p.interruption(err)
+	if msg == "" {
+		return resumeSkipped, false
+	}
+	p.interrupted = true
+	p.endAttempt(false)
+	now := s.clock.Now()
+	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.abort.Load(),
+		ResumesLeft: r.resumes < s.cfg.Resume.Max, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
+	var next *Target
+	if in.Enabled && in.Resumable && in.ResumesLeft && !in.ClientGone && !in.Cut {
+		next = ex.resumeCandidate(p.a.t, now)
+		in.Candidate = next != nil
+	}
+	why := classify.Resume(in)
+	if why == classify.ResumeOK && !s.retries.Withdraw(now) {
+		in.RetryBudgetOK = false
+		why = classify.Resume(in)
+	}
+	if why != classify.ResumeOK {
+		p.notResumed(why, now)
+		return resumeSkipped, false
+	}
+
+	from := p.a.t // p.a is ex.cur, which the resume attempt reuses
+	if rec := ex.ledger.last(); rec != nil {
+		rec.phase = PhaseResumed
+	}
+	delivered, seam := len(r.tr.Text()), len(r.tr.Prefill())
+	r.resumes++
+	p.release() // the start of an event the upstream was cut inside never goes out
+	ex.reusable = false
+	ex.closeConn()
+	ex.continuationBody(next)
+	ex.budget.Begin(s.clock.Now(), next.Index)
+	a := &ex.cur
+	*a = attempt{t: next, n: ex.ledger.n + 1}
+	ex.do(a)
+	o := classify.Outcome{
+		Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
+		Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+		ClientGone: ex.gone, Resume: true,
+	}
+	v := s.policy.Decide(&o)
+	held, whole := ex.gate.Held(), 0
+	var n int
+	var errEvent []byte
+	ok := v.Action == classify.ActionCommit && a.sse && !a.cut
+	if ok {
+		whole = ex.gate.HeldWhole()
+		r.tr.Splice()
+		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
+		ok = r.tr.Continues()
+	}
+	if !ok {
+		// Nothing of the resume attempt reaches the client: it ends as the interruption did.
+		if a.cut {
+			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
+			p.cut = true
+		} else {
+			ex.applyHealth(a, v)
+		}
+		v.Action, v.Wait = classify.ActionStop, 0
+		ex.record(a, v)
+		if !ex.gone && !a.cut {
+			next.metrics.resumes[resumeFailed].Inc()
+		}
+		ex.closeConn()
+		if ex.gone {
+			return resumeEnded, true
+		}
+		_, clientLeft = p.sendInterruption(w, msg)
+		return resumeEnded, clientLeft
+	}
+
+	ex.applyHealth(a, v)
+	ex.record(a, v)
+	if rec := ex.ledger.last(); rec != nil {
+		rec.phase, rec.cont, rec.delivered, rec.seam = PhaseResumed, true, delivered, seam
+	}
+	// The original interruption is over; the continuation's own, if it came with its first
+	// events, is the next one.
+	r.errEvent = r.errEvent[:0]
+	r.hold(errEvent)
+	r.broken = errEvent == nil && n < whole
+	r.spliced = true
+	p.a, p.cont, p.attemptEnded, p.interrupted = a, true, false, false
+	ex.outcome = OutcomeOKAfterFailover
+	ex.event(slog.LevelInfo, "stream_resumed", a, slog.String("from", from.Name),
+		slog.Int("delivered_bytes", delivered), slog.Int("seam", seam))
+	r.comment = append(append(append(r.comment[:0], ": failover resumed on "...), next.Name...), "\n\n"...)
+	if err := p.send(w, nil, false, r.comment, r.out); err != nil {
+		return resumeEnded, true
+	}
+	if !r.stopped() {
+		p.keep(nil, held[whole:])
+	}
+	a.body = nil
+	ex.shed()
+	return resumeContinues, false
+}
+
+// notResumed reports an interruption that was not resumed: the budgets' refusals as for a
+// transfer (README, Named log events), and every refusal but a cancellation as
+// stream_not_resumed.
+func (p *pipe) notResumed(why classify.ResumeReason, now time.Time) {
+	ex := p.ex
+	switch why {
+	case classify.ResumeCancelled:
+		return
+	case classify.ResumeElapsedLimit:
+		ex.reportLimit(p.a, classify.ReasonElapsedLimit, now)
+	case classify.ResumeRetryBudget:
+		ex.reportLimit(p.a, classify.ReasonRetryBudget, now)
+	}
+	ex.event(slog.LevelInfo, "stream_not_resumed", p.a, slog.String("reason", why.String()))
+}

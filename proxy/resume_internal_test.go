@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llm-failover/failover/classify"
+)
+
+// FAILOVER_RESUME, FAILOVER_RESUME_MAX and FAILOVER_TARGET_<i>_RESUME (README, Configuration
+// reference): off by default; a bad value is an error that names the variable; -check shows them.
+func TestLoadResume(t *testing.T) {
+	base := []string{"FAILOVER_TARGET_0_URL=http://a/v1", "FAILOVER_TARGET_1_URL=http://b/v1"}
+	c, err := Load(base, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resume.On() || c.Resume.Max != 1 || c.Targets[0].Resume != "" {
+		t.Fatalf("defaults: %+v, target %q", c.Resume, c.Targets[0].Resume)
+	}
+	if d := c.Describe(); !strings.Contains(d, "FAILOVER_RESUME=off  FAILOVER_RESUME_MAX=1\n") {
+		t.Fatalf("-check:\n%s", d)
+	}
+
+	c, err = Load(append(base, "FAILOVER_RESUME=ON", "FAILOVER_RESUME_MAX=3", "FAILOVER_TARGET_0_RESUME=Prefill", "FAILOVER_TARGET_1_RESUME=continue"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Resume.On() || c.Resume.Max != 3 || c.Targets[0].Resume != "prefill" || c.Targets[1].Resume != "continue" {
+		t.Fatalf("%+v, targets %q %q", c.Resume, c.Targets[0].Resume, c.Targets[1].Resume)
+	}
+	d := c.Describe()
+	for _, want := range []string{"FAILOVER_RESUME=on  FAILOVER_RESUME_MAX=3\n", "weight=1 retries=1 resume=prefill\n", "resume=continue\n"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("-check lacks %q:\n%s", want, d)
+		}
+	}
+
+	c, err = Load(append(base, "FAILOVER_RESUME=on"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(); !strings.Contains(d, "no target is marked resumable: set FAILOVER_TARGET_<i>_RESUME") {
+		t.Errorf("-check does not say that nothing can be resumed:\n%s", d)
+	}
+
+	_, err = Load(append(base, "FAILOVER_RESUME=yes", "FAILOVER_RESUME_MAX=-1", "FAILOVER_TARGET_1_RESUME=assistant", "FAILOVER_RESUME_MAXIMUM=2"), true)
+	if err == nil {
+		t.Fatal("bad values accepted")
+	}
+	for _, want := range []string{`FAILOVER_RESUME="yes": must be on or off`, `FAILOVER_RESUME_MAX="-1": must be >= 0`,
+		`FAILOVER_TARGET_1_RESUME="assistant": must be prefill, prefix, continue, or empty`, "FAILOVER_RESUME_MAXIMUM: unknown variable (did you mean FAILOVER_RESUME_MAX?)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// A configuration built in code (the drill's) with a _RESUME value Load would refuse is refused
+// by New too, rather than run without resume.
+func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Targets[0].Resume = "assistant"
+	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "FAILOVER_TARGET_0: RESUME=\"assistant\"") {
+		t.Fatalf("New: %v", err)
+	}
+}
+
+// A continuation's ledger entry carries delivered_bytes and seam, in both renderings; no other
+// entry does.
+func TestLedgerRendersAContinuation(t *testing.T) {
+	var l Ledger
+	l.add(attemptRecord{target: "a", status: 200, phase: PhaseResumed, class: classify.ClassInterrupted, duration: time.Millisecond})
+	l.add(attemptRecord{target: "b", status: 200, phase: PhaseResumed, duration: 2 * time.Millisecond, cont: true, delivered: 14, seam: 13})
+	j := string(l.AppendJSON(nil))
+	if strings.Count(j, "delivered_bytes") != 1 || !strings.Contains(j, `"phase":"resumed","action":"commit","reason":"ok","duration_ms":2,"delivered_bytes":14,"seam":13}`) {
+		t.Fatalf("JSON: %s", j)
+	}
+	if txt := string(l.AppendText(nil)); txt != "1:a 200 interrupted resumed commit 1ms | 2:b 200 ok resumed commit 2ms delivered=14 seam=13" {
+		t.Fatalf("text: %s", txt)
+	}
+}

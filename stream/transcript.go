@@ -1,0 +1,632 @@
+package stream
+
+import (
+	"bytes"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
+)
+
+// MaxTranscriptText bounds the text a Transcript keeps: a stream that delivered more is not
+// resumable (the prefill would be a second prompt of that size, billed again).
+const MaxTranscriptText = 1 << 20
+
+// maxTranscriptEvent bounds the data of one event a Transcript reads: a larger one cannot be
+// parsed, and makes the stream not resumable (chat and messages events are a few hundred bytes).
+const maxTranscriptEvent = 1 << 20
+
+// Transcript is what a committed chat or messages stream has delivered to the client, kept so
+// that the stream can be continued on another target when it is cut (README, Resume a cut
+// stream): the text (JSON-decoded), the chunks' id (chat), the content blocks (messages), and
+// whether the stream may still be resumed: only while it has shown nothing but text and has
+// not finished.
+//
+// It reads whole events, the bytes the proxy forwards: Feed for the stream that committed,
+// then, after Splice, Rewrite for a continuation, whose events it turns into events of the
+// stream the client has (the same id, the block indexes the client expects, the opening events
+// dropped, the whitespace at the seam taken off) and records as delivered in turn. Error
+// events are never recorded: both return where the first one begins, so the caller can hold it
+// back. It never touches a socket or a clock.
+//
+// Call Reset before first use; a Transcript is reused with Reset, which keeps its buffers.
+// Slices it returns are valid until its next call. Not safe for concurrent use.
+type Transcript struct {
+	family Family
+	fr     Framer
+	parser fastjson.Parser
+
+	text     []byte // the text the client got, JSON-decoded
+	id       []byte // chat: the raw JSON literal of the chunks' id, quotes included
+	eligible bool   // nothing but text so far (and the family can be resumed at all)
+	finished bool   // the stream's end was delivered (finish_reason, stop_reason, [DONE], message_stop)
+
+	// messages: the content blocks the client has seen.
+	blocks   int  // blocks started
+	lastText int  // index of the last text block, -1 before one
+	open     bool // the last text block has not stopped
+
+	// A continuation (Splice, Rewrite).
+	spliced   bool
+	offset    int  // messages: a continuation block's index plus offset is the client's index
+	dropStart bool // messages: the continuation's first text block goes on in the client's open one
+	started   bool // the continuation has shown content
+	textFirst bool // its first content was text
+	seam      []byte
+	seamBuf   []byte
+	data      []byte   // a rewritten event's data
+	num       [20]byte // a block index being written
+}
+
+// Reset readies t for a committed stream of family f; only Chat and Messages can be resumable.
+func (t *Transcript) Reset(f Family) {
+	t.family = f
+	t.fr.Reset(maxTranscriptEvent)
+	t.text, t.id = t.text[:0], t.id[:0]
+	t.eligible, t.finished = f == Chat || f == Messages, false
+	t.blocks, t.lastText, t.open = 0, -1, false
+	t.spliced, t.offset, t.dropStart, t.started, t.textFirst = false, 0, false, false, false
+	t.seam = nil
+}
+
+// Shed lets go of buffers grown past limit bytes (a long answer's text, a large event).
+func (t *Transcript) Shed(limit int) {
+	if cap(t.text) > limit {
+		t.text = nil
+	}
+	if cap(t.data) > limit {
+		t.data = nil
+	}
+	if cap(t.fr.data) > limit {
+		t.fr.data = nil
+	}
+}
+
+// Feed reads p, whole events the client is about to get, and records what they deliver. It
+// returns how many bytes of p, from its start, may go to the client: all of p, or the bytes
+// before the first error event, which it returns too (the stream failed: what follows it is
+// not read).
+func (t *Transcript) Feed(p []byte) (n int, errEvent []byte) {
+	_, n, errEvent = t.read(nil, p, false)
+	return n, errEvent
+}
+
+// Resumable reports whether the stream may be continued now: it delivered text, and nothing
+// but text (no tool or function call, audio, refusal, reasoning or thinking, no other block),
+// a chat stream showed its id, and it has not delivered its end. What the request asked for
+// (n > 1, logprobs) is the caller's to check.
+func (t *Transcript) Resumable() bool {
+	return t.eligible && !t.finished && len(t.Prefill()) > 0 && (t.family != Chat || len(t.id) > 0)
+}
+
+// Eligible reports whether the stream may still become resumable: it has shown nothing but
+// text (if anything) and not its end. Once it is not, nothing it delivers changes that.
+func (t *Transcript) Eligible() bool { return t.eligible && !t.finished }
+
+// Text returns the text delivered so far, JSON-decoded.
+func (t *Transcript) Text() []byte { return t.text }
+
+// Prefill returns the text a continuation is asked to go on from: the delivered text without
+// its trailing whitespace, which Anthropic refuses at the end of a final assistant message.
+// The whitespace is not lost: a continuation that starts with it has it taken off (Rewrite),
+// so the client's text is the delivered text followed by the rest of the continuation.
+func (t *Transcript) Prefill() []byte { return bytes.TrimRightFunc(t.text, unicode.IsSpace) }
+
+// Splice readies t for a continuation's events: the next Rewrite reads a new stream (from
+// its first byte), and the seam is the whitespace Prefill left out.
+func (t *Transcript) Splice() {
+	t.fr.Reset(maxTranscriptEvent)
+	t.spliced, t.started, t.textFirst = true, false, false
+	t.seamBuf = append(t.seamBuf[:0], t.text[len(t.Prefill()):]...)
+	t.seam = t.seamBuf
+	t.offset, t.dropStart = t.blocks, false
+	if t.open {
+		t.offset, t.dropStart = t.lastText, true
+	}
+}
+
+// Continues reports whether the continuation's first content was text: the only kind of
+// continuation that may reach the client (a continuation whose first content is a tool call,
+// reasoning, or an end without text, is a failed one).
+func (t *Transcript) Continues() bool { return t.spliced && t.textFirst }
+
+// Rewrite appends to dst the continuation's whole events in p as the client must get them,
+// and records them as delivered (Feed). Chat: opening chunks (before any content) are
+// dropped, and every chunk's top-level id becomes the client's. Messages: message_start and
+// pings before content are dropped, the first text block's content_block_start too when it
+// goes on in the client's open block, and block indexes are moved to the client's. In both,
+// the seam's whitespace is taken off the start of the continuation's text. Everything else in
+// an event's data stays byte for byte; events are written with LF line ends.
+//
+// It returns the bytes of p read: all of p; or up to the first error event, which it returns
+// too; or, with errEvent nil, up to an event too large to read, which cannot be spliced.
+func (t *Transcript) Rewrite(dst, p []byte) (out []byte, n int, errEvent []byte) {
+	return t.read(dst, p, true)
+}
+
+// read frames the whole events in p and records each (Feed), or rewrites and appends it to dst
+// (Rewrite), up to the first error event.
+func (t *Transcript) read(dst, p []byte, rewrite bool) (out []byte, n int, errEvent []byte) {
+	start := 0
+	for off := 0; off < len(p); {
+		k, ok := t.fr.Next(p[off:])
+		off += k
+		if !ok {
+			break
+		}
+		ev := t.fr.Event()
+		end := skipLineEnds(p, off)
+		if isErrorEvent(t.family, ev) {
+			return dst, start, p[start:end]
+		}
+		switch {
+		case !rewrite:
+			t.note(ev.Name, ev.Data, ev.DataLen)
+		case ev.DataLen > len(ev.Data):
+			t.eligible = false
+			return dst, start, nil
+		case t.family == Chat:
+			dst = t.rewriteChat(dst, ev)
+		default:
+			dst = t.rewriteMessages(dst, ev)
+		}
+		start = end
+	}
+	return dst, len(p), nil
+}
+
+// note records one event the client gets.
+func (t *Transcript) note(name, data []byte, dataLen int) {
+	if dataLen > len(data) {
+		t.eligible = false // too large to read: what it carries is unknown
+		return
+	}
+	if isTerminal(t.family, Event{Name: name, Data: data, DataLen: dataLen, HasData: data != nil}) {
+		t.finished = true
+	}
+	data = trimSpace(data)
+	if len(data) == 0 || !t.eligible || bytes.Equal(data, done) {
+		return
+	}
+	v, err := t.parser.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		t.eligible = false // not a chunk or an event the transcript knows
+		return
+	}
+	if t.family == Chat {
+		t.noteChat(v, data)
+	} else {
+		t.noteMessages(v, name)
+	}
+}
+
+// noteChat records a chat.completion.chunk.
+func (t *Transcript) noteChat(v *fastjson.Value, data []byte) {
+	if len(t.id) == 0 {
+		// Not an empty one: Azure's first chunk, its prompt filter results, has "id":"".
+		if vs, ve := memberSpan(data, "id"); vs >= 0 && data[vs] == '"' && ve-vs > 2 {
+			t.id = append(t.id[:0], data[vs:ve]...)
+		}
+	}
+	choices := v.Get("choices")
+	if choices == nil {
+		return
+	}
+	arr, err := choices.Array()
+	if err != nil {
+		t.eligible = false
+		return
+	}
+	for _, c := range arr {
+		if c.Type() != fastjson.TypeObject || c.GetInt("index") != 0 || !isEmpty(c.Get("logprobs")) {
+			t.eligible = false // a second choice (n > 1), or logprobs the continuation would lack
+			return
+		}
+		if !isEmpty(c.Get("finish_reason")) {
+			t.finished = true
+		}
+		d := c.Get("delta")
+		if d == nil {
+			continue
+		}
+		o, err := d.Object()
+		if err != nil {
+			t.eligible = false
+			return
+		}
+		o.Visit(func(k []byte, fv *fastjson.Value) {
+			switch {
+			case string(k) == "content":
+				switch fv.Type() {
+				case fastjson.TypeString:
+					t.addText(fv.GetStringBytes())
+				case fastjson.TypeNull:
+				default:
+					t.eligible = false // content parts: not plain text
+				}
+			case isChatContentField(k) && !isEmpty(fv):
+				t.eligible = false // a tool or function call, audio, a refusal, reasoning
+			}
+		})
+	}
+}
+
+// noteMessages records an Anthropic Messages event.
+func (t *Transcript) noteMessages(v *fastjson.Value, name []byte) {
+	typ := v.GetStringBytes("type")
+	if typ == nil {
+		typ = name
+	}
+	index := v.GetInt("index")
+	switch string(typ) {
+	case "content_block_start":
+		t.blocks = max(t.blocks, index+1)
+		b := v.Get("content_block")
+		if string(b.GetStringBytes("type")) != "text" {
+			t.eligible = false // tool_use, thinking, and any other block
+			return
+		}
+		t.lastText, t.open = index, true
+		t.addText(b.GetStringBytes("text"))
+	case "content_block_delta":
+		d := v.Get("delta")
+		if string(d.GetStringBytes("type")) != "text_delta" || index != t.lastText || !t.open {
+			t.eligible = false // thinking, signature, input JSON, citations
+			return
+		}
+		t.addText(d.GetStringBytes("text"))
+	case "content_block_stop":
+		if index == t.lastText {
+			t.open = false
+		}
+	case "message_delta":
+		if !isEmpty(v.Get("delta", "stop_reason")) {
+			t.finished = true
+		}
+	}
+}
+
+// addText appends delivered text, up to MaxTranscriptText.
+func (t *Transcript) addText(s []byte) {
+	if len(t.text)+len(s) > MaxTranscriptText {
+		t.eligible = false
+		return
+	}
+	t.text = append(t.text, s...)
+}
+
+// rewriteChat appends a continuation's chat event as the client gets it.
+func (t *Transcript) rewriteChat(dst []byte, ev Event) []byte {
+	data := trimSpace(ev.Data)
+	if len(data) == 0 {
+		return dst // a comment or an empty event
+	}
+	if bytes.Equal(data, done) {
+		t.note(ev.Name, data, len(data))
+		return appendEvent(dst, ev.Name, data)
+	}
+	v, err := t.parser.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		t.note(ev.Name, data, len(data))
+		return appendEvent(dst, ev.Name, data) // not a chunk: it goes as it came
+	}
+	content := v.Get("choices", "0", "delta", "content")
+	if !t.started {
+		if !chunkHasContent(v) {
+			return dst // an opening chunk: the client has its own
+		}
+		t.started = true
+		t.textFirst = content != nil && len(content.GetStringBytes()) > 0
+	}
+	var edits [2]edit
+	n := 0
+	if vs, ve := memberSpan(data, "id"); vs >= 0 {
+		edits[n] = edit{vs, ve, t.id}
+		n++
+	} else if i := skipSpace(data, 0); i < len(data) && data[i] == '{' {
+		// A chunk without an id gets the client's: an SDK holds every chunk to the first one's.
+		with := append(append([]byte(`"id":`), t.id...), ',')
+		edits[n] = edit{i + 1, i + 1, with}
+		n++
+	}
+	if len(t.seam) > 0 && content != nil && content.Type() == fastjson.TypeString {
+		if vs, ve := pathSpan(data, "choices", "", "delta", "content"); vs >= 0 {
+			edits[n] = edit{vs, ve, t.dropSeam(data[vs:ve])}
+			n++
+		}
+	}
+	return t.emit(dst, ev.Name, data, edits[:n])
+}
+
+// chunkHasContent reports a chat chunk that carries content for the client: a choice with a
+// non-empty content field or a finish_reason, or a chunk the gate would not hold (no choices
+// array: usage, or a provider's own object).
+func chunkHasContent(v *fastjson.Value) bool {
+	choices := v.Get("choices")
+	if choices == nil {
+		return v.Get("usage") != nil
+	}
+	arr, _ := choices.Array()
+	for _, c := range arr {
+		if !isEmpty(c.Get("finish_reason")) {
+			return true
+		}
+		if d := c.Get("delta"); d != nil && deltaHasContent(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// rewriteMessages appends a continuation's Messages event as the client gets it.
+func (t *Transcript) rewriteMessages(dst []byte, ev Event) []byte {
+	data := trimSpace(ev.Data)
+	if len(data) == 0 {
+		return dst
+	}
+	v, err := t.parser.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		t.note(ev.Name, data, len(data))
+		return appendEvent(dst, ev.Name, data)
+	}
+	typ := v.GetStringBytes("type")
+	if typ == nil {
+		typ = ev.Name
+	}
+	if !t.started {
+		switch classifyMessages(typ, v) {
+		case Hold:
+			if string(typ) != "content_block_start" && string(typ) != "content_block_stop" {
+				return dst // message_start, ping: the client has its own
+			}
+		case Commit:
+			t.started = true
+			t.textFirst = isTextContent(typ, v)
+		}
+	}
+	var edits [2]edit
+	n := 0
+	switch string(typ) {
+	case "message_start":
+		return dst
+	case "content_block_start", "content_block_delta", "content_block_stop":
+		k := v.GetInt("index")
+		if string(typ) == "content_block_start" && k == 0 && t.dropStart && string(v.GetStringBytes("content_block", "type")) == "text" {
+			// The continuation's text goes on in the client's open block: no second start.
+			if vs, ve := pathSpan(data, "content_block", "text"); vs >= 0 && len(v.GetStringBytes("content_block", "text")) > 0 {
+				return t.emitTextDelta(dst, data[vs:ve])
+			}
+			return dst
+		}
+		if vs, ve := memberSpan(data, "index"); vs >= 0 {
+			edits[n] = edit{vs, ve, strconv.AppendInt(t.num[:0], int64(k+t.offset), 10)}
+			n++
+		}
+		if len(t.seam) > 0 && string(typ) == "content_block_delta" && string(v.GetStringBytes("delta", "type")) == "text_delta" {
+			if vs, ve := pathSpan(data, "delta", "text"); vs >= 0 && data[vs] == '"' {
+				edits[n] = edit{vs, ve, t.dropSeam(data[vs:ve])}
+				n++
+			}
+		}
+	}
+	return t.emit(dst, ev.Name, data, edits[:n])
+}
+
+// isTextContent reports whether a Messages event that carries content (classifyMessages says
+// Commit) carries text.
+func isTextContent(typ []byte, v *fastjson.Value) bool {
+	switch string(typ) {
+	case "content_block_start":
+		return string(v.GetStringBytes("content_block", "type")) == "text"
+	case "content_block_delta":
+		return string(v.GetStringBytes("delta", "type")) == "text_delta"
+	}
+	return false
+}
+
+// emitTextDelta appends a text_delta event carrying lit (a JSON string literal) for the
+// client's open text block: the text a continuation's dropped content_block_start carried.
+func (t *Transcript) emitTextDelta(dst, lit []byte) []byte {
+	lit = t.dropSeam(lit)
+	data := append(t.data[:0], `{"type":"content_block_delta","index":`...)
+	data = strconv.AppendInt(data, int64(t.lastText), 10)
+	data = append(data, `,"delta":{"type":"text_delta","text":`...)
+	data = append(data, lit...)
+	data = append(data, "}}"...)
+	t.data = data
+	t.note(nameContentBlockDelta, data, len(data))
+	return appendEvent(dst, nameContentBlockDelta, data)
+}
+
+var nameContentBlockDelta = []byte("content_block_delta")
+
+// edit replaces data[from:to] with with.
+type edit struct {
+	from, to int
+	with     []byte
+}
+
+// emit applies edits (in order of position, not overlapping) to data, records the result as
+// delivered and appends it as an event.
+func (t *Transcript) emit(dst, name, data []byte, edits []edit) []byte {
+	if len(edits) == 2 && edits[1].from < edits[0].from {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	out := t.data[:0]
+	at := 0
+	for _, e := range edits {
+		out = append(out, data[at:e.from]...)
+		out = append(out, e.with...)
+		at = e.to
+	}
+	out = append(out, data[at:]...)
+	t.data = out
+	t.note(name, out, len(out))
+	return appendEvent(dst, name, out)
+}
+
+// appendEvent appends an SSE event: its name, its data one line per `data:` field, a blank line.
+func appendEvent(dst, name, data []byte) []byte {
+	if name != nil {
+		dst = append(dst, "event: "...)
+		dst = append(dst, name...)
+		dst = append(dst, '\n')
+	}
+	for {
+		line, rest, more := bytes.Cut(data, newline)
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		dst = append(dst, '\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	return append(dst, '\n')
+}
+
+// dropSeam returns lit, a JSON string literal of the continuation's text, without the runes at
+// its start that go on with the seam (the whitespace Prefill left out, which the client has),
+// and takes them off the seam. The seam is done at the first rune that does not match; when lit
+// ends first, the next text goes on with what is left of it.
+func (t *Transcript) dropSeam(lit []byte) []byte {
+	if len(lit) < 2 || lit[0] != '"' {
+		t.seam = nil
+		return lit
+	}
+	i := 1
+	for len(t.seam) > 0 && i < len(lit)-1 {
+		r, n := jsonRune(lit, i)
+		s, sn := utf8.DecodeRune(t.seam)
+		if r != s {
+			t.seam = nil
+			break
+		}
+		i += n
+		t.seam = t.seam[sn:]
+	}
+	if i == 1 {
+		return lit
+	}
+	out := make([]byte, 0, len(lit)-i+1)
+	out = append(out, '"')
+	return append(out, lit[i:]...)
+}
+
+// jsonRune decodes the rune of a JSON string literal at lit[i] (raw UTF-8 or an escape) and
+// returns it with its length in lit. A surrogate pair is one rune; anything malformed is
+// U+FFFD, which matches no whitespace.
+func jsonRune(lit []byte, i int) (rune, int) {
+	if lit[i] != '\\' {
+		return utf8.DecodeRune(lit[i:])
+	}
+	if i+1 >= len(lit) {
+		return utf8.RuneError, 1
+	}
+	switch lit[i+1] {
+	case 'n':
+		return '\n', 2
+	case 't':
+		return '\t', 2
+	case 'r':
+		return '\r', 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'u':
+		r, ok := hex4(lit, i+2)
+		if !ok {
+			return utf8.RuneError, 2
+		}
+		if utf16.IsSurrogate(r) {
+			if r2, ok := hex4(lit, i+8); ok && i+7 < len(lit) && lit[i+6] == '\\' && lit[i+7] == 'u' {
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					return d, 12
+				}
+			}
+			return utf8.RuneError, 6
+		}
+		return r, 6
+	}
+	return rune(lit[i+1]), 2 // '"', '\\', '/'
+}
+
+// hex4 reads four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// memberSpan returns where the value of the top-level member name of the JSON object in data
+// starts and ends, or -1, -1.
+func memberSpan(data []byte, name string) (vs, ve int) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return -1, -1
+	}
+	return objectMember(data, i, name)
+}
+
+// pathSpan is memberSpan down a path of object members; "" takes an array's first element.
+func pathSpan(data []byte, path ...string) (vs, ve int) {
+	vs, ve = skipSpace(data, 0), len(data)
+	for _, name := range path {
+		if vs >= len(data) {
+			return -1, -1
+		}
+		switch {
+		case name == "" && data[vs] == '[':
+			vs = skipSpace(data, vs+1)
+			if vs >= len(data) || data[vs] == ']' {
+				return -1, -1
+			}
+			ve = skipValue(data, vs)
+		case name != "" && data[vs] == '{':
+			vs, ve = objectMember(data, vs, name)
+		default:
+			return -1, -1
+		}
+		if vs < 0 || ve <= vs {
+			return -1, -1
+		}
+	}
+	return vs, ve
+}
+
+// objectMember returns the span of the value of member name in the object that starts at
+// data[i], or -1, -1.
+func objectMember(data []byte, i int, name string) (vs, ve int) {
+	i++
+	for {
+		key, vs, ok := member(data, i)
+		if !ok {
+			return -1, -1
+		}
+		ve := skipValue(data, vs)
+		if ve <= vs {
+			return -1, -1
+		}
+		if string(key) == name {
+			return vs, ve
+		}
+		i = ve
+	}
+}
