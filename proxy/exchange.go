@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // exchange is one client request on its way through the sidecar, with every buffer it needs.
@@ -108,7 +109,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.head = ctx.IsHead()
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
-	ex.model = appendJSONString(ex.model[:0], ex.fields.model)
+	ex.model = jsonscan.AppendString(ex.model[:0], ex.fields.model)
 	ex.streaming = ex.fields.stream || containsFold(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
