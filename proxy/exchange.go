@@ -110,7 +110,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
 	ex.model = jsonscan.AppendString(ex.model[:0], ex.fields.model)
-	ex.streaming = ex.fields.stream || containsFold(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
+	ex.streaming = ex.fields.stream || acceptsEventStream(ctx.Request.Header.PeekBytes(headerAccept))
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
 	} else {
