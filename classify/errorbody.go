@@ -268,7 +268,9 @@ var (
 )
 
 // hasKeyToken reports whether key (quoted) occurs followed by optional spaces and a colon:
-// a JSON key somewhere in the document, not the same word inside a string.
+// a JSON key somewhere in the document, not the same word inside a string. It and
+// hasEmptyArrayToken are prefilters, not a JSON scanner: they only decide whether fastjson
+// parses the body, and fastjson's reading decides.
 func hasKeyToken(b, key []byte) bool {
 	for {
 		i := bytes.Index(b, key)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // reject answers with a sidecar error of its own: before any attempt, or after some when the
@@ -141,37 +142,21 @@ func (ex *exchange) served(t *Target) {
 
 // scanErrorShape reports whether an in-stream error payload is already an error document an
 // SDK understands: a top-level "error" (OpenAI) or "type":"error" (Anthropic, Responses); or,
-// bare, a JSON object that is the error itself (a "message" string at its top level).
+// bare, a JSON object that is the error itself (a "message" string at its top level). The
+// members are read up to the first that shows a shape; a payload that breaks JSON's rules
+// before one does has none (a malformed document is not passed on as the provider's).
 func scanErrorShape(b []byte) (shaped, bare bool) {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false, false
-	}
 	message := false
-	i = skipWS(b, i+1)
-	for i < len(b) && b[i] == '"' {
-		keyEnd := skipString(b, i)
-		if keyEnd < 0 {
+	var c jsonscan.Cursor
+	for ok := c.OpenObject(b, 0); ok && c.Next(); {
+		key, val := c.Key(), c.Value()
+		if val == nil {
 			return false, false
 		}
-		key := b[i+1 : keyEnd-1]
-		i = skipWS(b, keyEnd)
-		if i >= len(b) || b[i] != ':' {
-			return false, false
-		}
-		i = skipWS(b, i+1)
-		valStart := i
-		if i = skipValue(b, i); i < 0 {
-			return false, false
-		}
-		val := b[valStart:i]
 		if string(key) == "error" && string(val) != "null" || string(key) == "type" && string(val) == `"error"` {
 			return true, false
 		}
 		message = message || string(key) == "message" && val[0] == '"'
-		if i = skipWS(b, i); i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
-		}
 	}
-	return false, message && scanRequest(b).json
+	return false, message && c.End() >= 0 && jsonscan.SkipSpace(b, c.End()) == len(b)
 }

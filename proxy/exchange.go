@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // exchange is one client request on its way through the sidecar, with every buffer it needs.
@@ -110,8 +111,8 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.head = ctx.IsHead()
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
-	ex.model = appendJSONString(ex.model[:0], ex.fields.model)
-	ex.streaming = ex.fields.stream || containsFold(ctx.Request.Header.PeekBytes(headerAccept), valueEventStream)
+	ex.model = jsonscan.AppendString(ex.model[:0], ex.fields.model)
+	ex.streaming = ex.fields.stream || acceptsEventStream(ctx.Request.Header.PeekBytes(headerAccept))
 	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
 	} else {

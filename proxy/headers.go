@@ -295,11 +295,13 @@ func hasPrefixFold(s, prefix []byte) bool {
 	return len(s) >= len(prefix) && bytes.EqualFold(s[:len(prefix)], prefix)
 }
 
-// containsFold reports whether s contains the lower-case ASCII word sub in any case (media
-// types are case-insensitive: Accept: Text/Event-Stream asks for a stream too).
-func containsFold(s, sub []byte) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if bytes.EqualFold(s[i:i+len(sub)], sub) {
+// acceptsEventStream reports whether an Accept header names text/event-stream, in any case
+// (media types are case-insensitive: Accept: Text/Event-Stream asks for a stream too). It is
+// a substring search, not a parse of the header's media ranges.
+func acceptsEventStream(accept []byte) bool {
+	n := len(valueEventStream)
+	for i := 0; i+n <= len(accept); i++ {
+		if bytes.EqualFold(accept[i:i+n], valueEventStream) {
 			return true
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // FuzzScanRequest checks the request scanner against encoding/json: it says json=true
@@ -54,7 +56,7 @@ func FuzzScanRequest(f *testing.F) {
 		if err := json.Unmarshal(body[got.modelStart:got.modelEnd], &decoded); err != nil {
 			t.Fatalf("the model literal: %v", err)
 		}
-		if dec := appendJSONString(nil, got.model); utf8.Valid(got.model) && string(dec) != decoded {
+		if dec := jsonscan.AppendString(nil, got.model); utf8.Valid(got.model) && string(dec) != decoded {
 			t.Fatalf("model decoded as %q, encoding/json decodes %q:\n%s", dec, decoded, show(body))
 		}
 		const sub = "fuzz-model"
@@ -147,25 +149,6 @@ func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream bool) {
 		}
 	}
 	return model, hasModel, stream
-}
-
-func TestAppendJSONString(t *testing.T) {
-	for raw, want := range map[string]string{
-		`plain`:            "plain",
-		`a\/b`:             "a/b",
-		`\"\\\b\f\n\r\t`:   "\"\\\b\f\n\r\t",
-		`\u00e9\u4e2d`:     "é中",
-		`\ud83d\ude00`:     "😀",
-		`x\ud83dy`:         "x\ufffdy",
-		`\ud83d\u0041`:     "\ufffdA",
-		`\ude00\ud83d`:     "\ufffd\ufffd",
-		`\ud83d`:           "\ufffd",
-		`caf\u00E9 \u002D`: "café -",
-	} {
-		if got := string(appendJSONString([]byte("<"), []byte(raw))); got != "<"+want {
-			t.Errorf("%s: %q, want %q", raw, got, "<"+want)
-		}
-	}
 }
 
 func TestScanErrorShape(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // Resume (README, Resume a cut stream): with FAILOVER_RESUME=on, a committed chat or messages
@@ -243,32 +244,21 @@ func resumableRequest(p *fastjson.Parser, f stream.Family, body []byte) bool {
 // closing brace; -1 when there is no such array.
 func messagesEnd(b []byte) (msgEnd, objEnd int) {
 	msgEnd = -1
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	var c jsonscan.Cursor
+	for ok := c.OpenObject(b, 0); ok && c.Next(); {
+		vs := c.Start()
+		v := c.Value()
+		if v == nil {
+			return -1, -1
+		}
+		if b[vs] == '[' && jsonscan.StringIs(c.Key(), "messages") {
+			msgEnd = vs + len(v) - 1
+		}
+	}
+	if c.End() < 0 {
 		return -1, -1
 	}
-	for i = skipWS(b, i+1); i < len(b); i = skipWS(b, i) {
-		switch b[i] {
-		case '}':
-			return msgEnd, i
-		case ',':
-			i = skipWS(b, i+1)
-		}
-		keyEnd := skipString(b, i)
-		if keyEnd < 0 {
-			return -1, -1
-		}
-		vs := skipWS(b, skipWS(b, keyEnd)+1) // past the colon
-		ve := skipValue(b, vs)
-		if ve < 0 {
-			return -1, -1
-		}
-		if b[vs] == '[' && jsonKeyIs(b[i+1:keyEnd-1], "messages") {
-			msgEnd = ve - 1
-		}
-		i = ve
-	}
-	return -1, -1
+	return msgEnd, c.End() - 1
 }
 
 // continuationBody makes the body the continuation is asked with on target t: the client's,

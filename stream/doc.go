@@ -14,6 +14,10 @@
 // continued on another target, and turns a continuation's events into events of
 // the stream the client has.
 //
+// Event data is read as JSON in two ways: parsed whole with fastjson before commit, where an
+// event is classified, and walked in place with package jsonscan (stream/jsonscan, which proxy
+// uses for request bodies too) for an event's leading type and for the tail's rules.
+//
 // The package decides only what the bytes say. It never retries, never picks a
 // target, never maps an error to a status, never touches HTTP or sockets and
 // never reads a clock: timeouts, verdicts and I/O belong to its callers.

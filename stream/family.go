@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // Family is the API family of a request, from its path. It decides which
@@ -294,36 +296,18 @@ func needsPayload(f Family, typ []byte) bool {
 }
 
 // leadingType returns the value of a "type" member that opens the JSON
-// object in b, when it is a plain string; nil otherwise.
+// object in b, when it is a plain string (no escapes); nil otherwise.
 func leadingType(b []byte) []byte {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	var c jsonscan.Cursor
+	if !c.OpenObject(b, 0) || !c.Next() || string(c.Key()) != "type" {
 		return nil
 	}
-	i = skipSpace(b, i+1)
-	if !bytes.HasPrefix(b[i:], typeKey) {
+	v := c.Value()
+	if len(v) == 0 || v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
 		return nil
 	}
-	i = skipSpace(b, i+len(typeKey))
-	if i >= len(b) || b[i] != ':' {
-		return nil
-	}
-	i = skipSpace(b, i+1)
-	if i >= len(b) || b[i] != '"' {
-		return nil
-	}
-	end := bytes.IndexByte(b[i+1:], '"')
-	if end < 0 {
-		return nil
-	}
-	typ := b[i+1 : i+1+end]
-	if bytes.IndexByte(typ, '\\') >= 0 {
-		return nil
-	}
-	return typ
+	return v[1 : len(v)-1]
 }
-
-var typeKey = []byte(`"type"`)
 
 // classifyMessages classifies an Anthropic Messages event by type; v is its
 // data, nil when there was none or it was not JSON.

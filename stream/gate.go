@@ -252,8 +252,9 @@ func (g *Gate) observe(p []byte) int {
 		if ok {
 			whole = off
 			ev := g.fr.Event()
-			g.failed = g.failed || isErrorEvent(g.family, ev)
-			g.finished = isTerminal(g.family, ev)
+			lead := tailType(g.family, ev)
+			g.failed = g.failed || isErrorEvent(g.family, ev, lead)
+			g.finished = isTerminal(g.family, ev, lead)
 			if g.endsOnFinish() {
 				g.noteEnd(ev)
 			}
@@ -327,7 +328,8 @@ func (g *Gate) commit(r CommitReason, from int) Decision {
 	g.reason = r
 	// The decisive event can itself end the stream (a bare
 	// response.completed, message_stop).
-	g.finished = r == ReasonContent && isTerminal(g.family, g.fr.Event())
+	ev := g.fr.Event()
+	g.finished = r == ReasonContent && isTerminal(g.family, ev, tailType(g.family, ev))
 	g.fr.setLimit(tailCaptureLimit)
 	g.decide(Commit)
 	if w := g.observe(g.held[from:]); w >= 0 {

@@ -1,6 +1,10 @@
 package stream
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
+)
 
 // isTerminal reports whether ev properly ends a stream of family f: after it the tail has
 // nothing left to learn. It reads only the captured prefix of the data (the tail keeps a few
@@ -11,12 +15,14 @@ import "bytes"
 // For chat and other only `[DONE]` is terminal: a stream of theirs may also end cleanly after
 // a finish_reason or a `.done` type (noteEnd), but the tail keeps watching it until the body
 // ends, so that an error event after those is still seen.
-func isTerminal(f Family, ev Event) bool {
+//
+// lead is tailType(f, ev).
+func isTerminal(f Family, ev Event, lead []byte) bool {
 	switch f {
 	case Chat, Other, Image:
 		return ev.DataLen == len(ev.Data) && bytes.Equal(trimSpace(ev.Data), done)
 	}
-	typ := leadingType(ev.Data) // providers put "type" first: no scan needed
+	typ := lead // providers put "type" first: no scan needed
 	if typ == nil {
 		var hasErr bool
 		if typ, hasErr, _ = scanTopLevel(ev.Data, false); typ == nil {
@@ -70,33 +76,23 @@ var doneSuffix = []byte(".done")
 // choice whose index was cut off (or is missing) counts as index 0; indexes from 63 up share
 // one bit.
 func (g *Gate) noteChoices(b []byte, i int) {
-	i++ // past '['
-	for {
-		i = skipSpace(b, i)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
-		if i >= len(b) || b[i] != '{' {
-			return // the array's end, or not a choice
+	var choices jsonscan.Cursor
+	for ok := choices.OpenArray(b, i); ok && choices.Next(); {
+		var choice jsonscan.Cursor
+		if !choice.OpenObject(b, choices.Start()) {
+			return // not a choice
 		}
 		index, finished := 0, false
-		j := i + 1
-		for {
-			key, vs, ok := member(b, j)
-			if !ok {
-				j = vs
-				break
-			}
-			if string(key) == "finish_reason" {
+		for choice.Next() {
+			vs := choice.Start()
+			switch string(choice.Key()) {
+			case "finish_reason":
 				// A non-empty string, also when the capture cuts it after its first letter.
 				finished = b[vs] == '"' && vs+1 < len(b) && b[vs+1] != '"'
-			}
-			if j = skipValue(b, vs); j <= vs {
-				j = -1
-				break
-			}
-			if string(key) == "index" {
-				index = smallIndex(b[vs:j])
+			case "index":
+				if v := choice.Value(); v != nil {
+					index = smallIndex(v)
+				}
 			}
 		}
 		bit := uint64(1) << index
@@ -104,10 +100,10 @@ func (g *Gate) noteChoices(b []byte, i int) {
 		if finished {
 			g.choicesDone |= bit
 		}
-		if j < 0 {
+		if choice.End() < 0 {
 			return // the capture cut this choice
 		}
-		i = j
+		choices.Skipped(choice.End())
 	}
 }
 
@@ -128,8 +124,10 @@ func smallIndex(b []byte) int {
 // every event after commit, so the top-level scan is skipped when it cannot change the answer:
 // as in classify, a JSON "type" decides on its own (and providers put it first, where
 // leadingType finds it), and without the bytes "error" in the data there is no error member.
-func isErrorEvent(f Family, ev Event) bool {
-	typ := leadingType(ev.Data)
+//
+// lead is tailType(f, ev).
+func isErrorEvent(f Family, ev Event, lead []byte) bool {
+	typ := lead
 	hasErr := false
 	typed := f == Responses || f == Messages
 	if typ == nil && (typed || string(ev.Name) == "error") || !typed && bytes.Contains(ev.Data, quotedError) {
@@ -152,27 +150,32 @@ func isErrorEvent(f Family, ev Event) bool {
 
 var quotedError = []byte(`"error"`)
 
+// tailType is leadingType(ev.Data) where the tail's rules read it (isTerminal, isErrorEvent):
+// for the typed families, and for an event named error; elsewhere a type decides nothing, and
+// nil spares the scan on every event of a chat stream.
+func tailType(f Family, ev Event) []byte {
+	if f == Responses || f == Messages || string(ev.Name) == "error" {
+		return leadingType(ev.Data)
+	}
+	return nil
+}
+
 // scanTopLevel walks the top-level members of the JSON object that b starts
 // (b may be cut anywhere) and returns the raw value of the first string
 // "type" member, whether the first "error" member is not null (also when b
 // cuts that member's value), and where the value of the first "choices"
 // member starts when it is an array (also when b cuts it), else -1; with
-// untilChoices, the walk ends there. It stops at the first thing that is not
-// well-formed and never recurses, so hostile nesting cannot exhaust the stack.
+// untilChoices, the walk ends there. It stops at the first byte that breaks
+// JSON's rules (package jsonscan): a member past a missing comma or a
+// mismatched bracket is not read, as the parser that classifies events before
+// commit does not read it either.
 func scanTopLevel(b []byte, untilChoices bool) (typ []byte, hasErr bool, choices int) {
 	choices = -1
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false, choices
-	}
-	i++
 	seenErr := false
-	for {
-		key, vs, ok := member(b, i)
-		if !ok {
-			return typ, hasErr, choices
-		}
-		switch string(key) {
+	var c jsonscan.Cursor
+	for ok := c.OpenObject(b, 0); ok && c.Next(); {
+		vs := c.Start()
+		switch string(c.Key()) {
 		case "error":
 			if !seenErr {
 				// Told by the value's first byte (only null starts with n), before the value is
@@ -187,119 +190,11 @@ func scanTopLevel(b []byte, untilChoices bool) (typ []byte, hasErr bool, choices
 					return typ, hasErr, choices
 				}
 			}
-		}
-		i = skipValue(b, vs)
-		if i <= vs {
-			return typ, hasErr, choices
-		}
-		if string(key) == "type" && typ == nil && b[vs] == '"' {
-			typ = b[vs+1 : i-1]
-		}
-	}
-}
-
-// member reads the start of the object member at b[i:] (after any space and separating
-// commas): its key, and vs, where its value starts (a byte of b). ok is false when no member
-// starts there: at the object's closing brace (vs is then the index after it), or when b ends
-// or stops being well-formed before a value begins (vs is -1).
-func member(b []byte, i int) (key []byte, vs int, ok bool) {
-	for {
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return nil, -1, false
-		}
-		if b[i] != ',' {
-			break
-		}
-		i++
-	}
-	switch b[i] {
-	case '}':
-		return nil, i + 1, false
-	case '"':
-	default:
-		return nil, -1, false
-	}
-	ks := i + 1
-	if i = skipString(b, i); i < 0 {
-		return nil, -1, false
-	}
-	key = b[ks : i-1]
-	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
-		return nil, -1, false
-	}
-	if vs = skipSpace(b, i+1); vs >= len(b) {
-		return nil, -1, false
-	}
-	return key, vs, true
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at b[i] (a
-// quote), or -1 if b ends inside it. Long strings (instructions, text) are
-// crossed with IndexByte rather than byte by byte.
-func skipString(b []byte, i int) int {
-	i++
-	for {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return -1
-		}
-		q += i
-		// The quote is escaped when an odd run of backslashes precedes it.
-		bs := 0
-		for j := q - 1; j >= i && b[j] == '\\'; j-- {
-			bs++
-		}
-		if bs%2 == 0 {
-			return q + 1
-		}
-		i = q + 1
-	}
-}
-
-// skipValue returns the index after the JSON value that starts at b[i], or -1
-// if b ends inside it. Objects and arrays are skipped by counting brackets
-// outside strings.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				if i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
+		case "type":
+			if v := c.Value(); typ == nil && len(v) > 0 && v[0] == '"' {
+				typ = v[1 : len(v)-1]
 			}
-			i++
 		}
-		return -1
 	}
-	// A number or a literal: up to the next delimiter.
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return -1
+	return typ, hasErr, choices
 }

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // MaxTranscriptText bounds the text a Transcript keeps: a stream that delivered more is not
@@ -158,7 +160,7 @@ func (t *Transcript) read(dst, p []byte, rewrite bool) (out []byte, n int, errEv
 		}
 		ev := t.fr.Event()
 		end := skipLineEnds(p, off)
-		if isErrorEvent(t.family, ev) {
+		if isErrorEvent(t.family, ev, tailType(t.family, ev)) {
 			return dst, start, p[start:end]
 		}
 		switch {
@@ -183,7 +185,7 @@ func (t *Transcript) note(name, data []byte, dataLen int) {
 		t.eligible = false // too large to read: what it carries is unknown
 		return
 	}
-	if isTerminal(t.family, Event{Name: name, Data: data, DataLen: dataLen, HasData: data != nil}) {
+	if ev := (Event{Name: name, Data: data, DataLen: dataLen, HasData: data != nil}); isTerminal(t.family, ev, tailType(t.family, ev)) {
 		t.finished = true
 	}
 	data = trimSpace(data)
@@ -325,7 +327,7 @@ func (t *Transcript) rewriteChat(dst []byte, ev Event) []byte {
 	if vs, ve := memberSpan(data, "id"); vs >= 0 {
 		edits[n] = edit{vs, ve, t.id}
 		n++
-	} else if i := skipSpace(data, 0); i < len(data) && data[i] == '{' {
+	} else if i := jsonscan.SkipSpace(data, 0); i < len(data) && data[i] == '{' {
 		// A chunk without an id gets the client's: an SDK holds every chunk to the first one's.
 		with := append(append([]byte(`"id":`), t.id...), ',')
 		edits[n] = edit{i + 1, i + 1, with}
@@ -578,27 +580,28 @@ func hex4(b []byte, i int) (rune, bool) {
 // memberSpan returns where the value of the top-level member name of the JSON object in data
 // starts and ends, or -1, -1.
 func memberSpan(data []byte, name string) (vs, ve int) {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return -1, -1
-	}
-	return objectMember(data, i, name)
+	return objectMember(data, jsonscan.SkipSpace(data, 0), name)
 }
 
 // pathSpan is memberSpan down a path of object members; "" takes an array's first element.
 func pathSpan(data []byte, path ...string) (vs, ve int) {
-	vs, ve = skipSpace(data, 0), len(data)
+	vs, ve = jsonscan.SkipSpace(data, 0), len(data)
 	for _, name := range path {
 		if vs >= len(data) {
 			return -1, -1
 		}
 		switch {
 		case name == "" && data[vs] == '[':
-			vs = skipSpace(data, vs+1)
-			if vs >= len(data) || data[vs] == ']' {
+			var c jsonscan.Cursor
+			if !c.OpenArray(data, vs) || !c.Next() {
 				return -1, -1
 			}
-			ve = skipValue(data, vs)
+			vs = c.Start()
+			if v := c.Value(); v != nil {
+				ve = vs + len(v)
+			} else {
+				ve = -1
+			}
 		case name != "" && data[vs] == '{':
 			vs, ve = objectMember(data, vs, name)
 		default:
@@ -614,19 +617,17 @@ func pathSpan(data []byte, path ...string) (vs, ve int) {
 // objectMember returns the span of the value of member name in the object that starts at
 // data[i], or -1, -1.
 func objectMember(data []byte, i int, name string) (vs, ve int) {
-	i++
-	for {
-		key, vs, ok := member(data, i)
-		if !ok {
+	var c jsonscan.Cursor
+	for ok := c.OpenObject(data, i); ok && c.Next(); {
+		if string(c.Key()) != name {
+			continue
+		}
+		vs = c.Start()
+		v := c.Value()
+		if v == nil {
 			return -1, -1
 		}
-		ve := skipValue(data, vs)
-		if ve <= vs {
-			return -1, -1
-		}
-		if string(key) == name {
-			return vs, ve
-		}
-		i = ve
+		return vs, vs + len(v)
 	}
+	return -1, -1
 }
