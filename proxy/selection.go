@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"hash/maphash"
 	"sync/atomic"
 	"time"
 )
@@ -29,7 +28,7 @@ var strategies = []struct {
 	{"failover", func([]*Target, string) strategy { return declaredOrder{} }},
 	{"round-robin", func(targets []*Target, _ string) strategy { return &roundRobin{targets: targets} }},
 	{"sticky", func(targets []*Target, header string) strategy {
-		return &sticky{targets: targets, header: header, seed: maphash.MakeSeed()}
+		return &sticky{targets: targets, header: header}
 	}},
 	{"least-latency", func(targets []*Target, _ string) strategy { return &leastLatency{targets: targets} }},
 }
@@ -104,11 +103,12 @@ func weightedPick(targets []*Target, eligible []int, k uint64) int {
 // sticky hashes the session header so a session keeps its first target (and the provider's
 // prompt cache) while that target is healthy; when it is skipped, the declared order takes
 // over, and the session returns once the target does. No header: declared order. It hashes
-// over every eligible target, usable or not, so that an ejection moves no other session.
+// over every eligible target, usable or not, so that an ejection moves no other session. The
+// hash is the same in every process (FNV-1a), so a restart or a rollout moves no session
+// either: a session's prompt cache stays on the target that holds it.
 type sticky struct {
 	targets []*Target
 	header  string
-	seed    maphash.Seed
 }
 
 func (s *sticky) first(eligible, _ []int, ex *exchange) int {
@@ -116,7 +116,18 @@ func (s *sticky) first(eligible, _ []int, ex *exchange) int {
 	if len(v) == 0 {
 		return eligible[0]
 	}
-	return eligible[weightedPick(s.targets, eligible, maphash.Bytes(s.seed, v))]
+	return eligible[weightedPick(s.targets, eligible, fnv1a(v))]
+}
+
+// fnv1a is the 64-bit FNV-1a hash of b: stable across processes, and without the allocation
+// of hash/fnv's interface.
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
 }
 
 // leastLatency picks the usable target with the lowest recent time to first byte. One
