@@ -117,6 +117,15 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "failover: FAILOVER_METRICS_LISTEN=%s: %v\n", cfg.Server.MetricsListen, err)
 		return 1
 	}
+	// GOMAXPROCS: half the processors while few requests are in flight, all of them while many
+	// are (README, Performance). An explicit GOMAXPROCS is the operator's: left alone.
+	procs := "GOMAXPROCS"
+	if _, set := lookupEnv(environ, "GOMAXPROCS"); !set {
+		procs = "adaptive"
+		if srv.AdaptProcs() == 0 {
+			procs = "runtime default"
+		}
+	}
 	errs := make(chan error, 2)
 	go func() { errs <- srv.Serve(ln) }()
 	go func() { errs <- srv.ServeProbes(mln) }()
@@ -125,7 +134,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		names[i] = t.Name
 	}
 	log.Info("listening", slog.String("proxy", ln.Addr().String()), slog.String("metrics", mln.Addr().String()),
-		slog.String("strategy", cfg.Server.Strategy), slog.String("targets", strings.Join(names, ",")))
+		slog.String("strategy", cfg.Server.Strategy), slog.String("targets", strings.Join(names, ",")),
+		slog.String("gomaxprocs", procs))
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -239,4 +249,15 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// lookupEnv finds name in an environment given as KEY=value entries, as os.LookupEnv does in
+// the process's own.
+func lookupEnv(environ []string, name string) (string, bool) {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -60,6 +61,7 @@ type serverMetrics struct {
 	duration        [stream.NumFamilies]*metrics.PrometheusHistogram
 	overhead        *metrics.PrometheusHistogram
 	inflight        atomic.Int64
+	procs           atomic.Int64 // GOMAXPROCS as Server.AdaptProcs set it; 0 when it does not run
 	streamCommits   [stream.NumCommitReasons]*metrics.Counter
 	budgetExhausted [numBudgets]*metrics.Counter
 	// droppedUnderscore counts the client headers with '_' in their names left behind.
@@ -104,6 +106,12 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 	}
 	m.overhead = m.set.NewPrometheusHistogramExt(`failover_overhead_seconds`, overheadBuckets)
 	m.set.NewGauge(`failover_inflight_requests`, func() float64 { return float64(m.inflight.Load()) })
+	m.set.NewGauge(`failover_gomaxprocs`, func() float64 {
+		if n := m.procs.Load(); n > 0 {
+			return float64(n)
+		}
+		return float64(runtime.GOMAXPROCS(0))
+	})
 	for r := range stream.NumCommitReasons {
 		m.streamCommits[r] = m.set.NewCounter(fmt.Sprintf(`failover_stream_commits_total{reason=%q}`, stream.CommitReason(r).String()))
 	}

@@ -77,8 +77,10 @@ type Server struct {
 	// handedBack holds the client connections a clean stream gave back to the server
 	// (*clientConn, while ServeConn serves them): Shutdown closes those that wait idle.
 	handedBack sync.Map
-	abort      atomic.Bool // the shutdown timeout passed: end what remains
-	prober     prober      // the background probe of targets ejected for timing out
+	abort      atomic.Bool   // the shutdown timeout passed: end what remains
+	prober     prober        // the background probe of targets ejected for timing out
+	quit       chan struct{} // closed at Shutdown: ends AdaptProcs
+	quitOnce   sync.Once
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -126,6 +128,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.peek = int(cfg.Server.PeekBytes)
 	s.pool.New = func() any { return newExchange(s) }
 	s.prober.stop = make(chan struct{})
+	s.quit = make(chan struct{})
 
 	s.proxy = &fasthttp.Server{
 		Handler:                       s.serveProxy,
@@ -199,6 +202,7 @@ func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) 
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closing.Store(true)
 	s.stopProber()
+	s.quitOnce.Do(func() { close(s.quit) })
 	done, quit := make(chan struct{}), make(chan struct{})
 	defer close(quit)
 	go func() {

@@ -5,6 +5,10 @@
 #   bash testdata/bench/run.sh                     # 5 rounds of 3 s per case, about 7 minutes
 #   ROUNDS=3 DURATION=2s LAT_DURATION=2s bash testdata/bench/run.sh
 #   SIDECAR_BIN=/path/to/failover bash testdata/bench/run.sh   # a prebuilt binary (e.g. with profiling)
+#   SIDECAR_GOMAXPROCS=2 bash testdata/bench/run.sh          # the sidecar with an explicit GOMAXPROCS
+#   SIDECAR_B_BIN=/path/to/other SIDECAR_B_GOMAXPROCS=1 bash testdata/bench/run.sh
+#       # a second sidecar, "sidecar-b", measured in the same interleaved rounds (an A/B:
+#       # another build, or the same one with another GOMAXPROCS; either variable starts it)
 #
 # What it does: installs wrk and nginx with apt-get when they are missing (Debian), builds the
 # sidecar, starts an nginx mock upstream that answers from memory (a 641-byte chat completion,
@@ -81,12 +85,14 @@ take_port() { # VAR: the next free port from PORT_BASE on
 	printf -v "$1" '%s' "$next_port"
 	next_port=$((next_port + 1))
 }
-MOCK="" NGINX_CHAT="" NGINX_SSE="" SIDECAR="" SIDECAR_METRICS=""
+MOCK="" NGINX_CHAT="" NGINX_SSE="" SIDECAR="" SIDECAR_METRICS="" SIDECAR_B="" SIDECAR_B_METRICS=""
 take_port MOCK
 take_port NGINX_CHAT
 take_port NGINX_SSE
 take_port SIDECAR
 take_port SIDECAR_METRICS
+take_port SIDECAR_B
+take_port SIDECAR_B_METRICS
 
 # --- bodies ----------------------------------------------------------------------------------
 # The chat completion, padded to 641 bytes, and a 21-event chat stream: the role, 18 content
@@ -213,7 +219,8 @@ start_nginx "$tmp/mock.conf" mock
 start_nginx "$tmp/proxy.conf" proxy
 NGINX_PID=$started
 
-env -i PATH="$PATH" \
+# SIDECAR_GOMAXPROCS, when set, is the sidecar's GOMAXPROCS (to compare with its own default).
+env -i PATH="$PATH" ${SIDECAR_GOMAXPROCS:+GOMAXPROCS=$SIDECAR_GOMAXPROCS} \
 	FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
 	FAILOVER_LISTEN="127.0.0.1:$SIDECAR" FAILOVER_METRICS_LISTEN="127.0.0.1:$SIDECAR_METRICS" \
 	FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
@@ -230,6 +237,20 @@ wait_port() {
 	return 1
 }
 wait_port "$SIDECAR_METRICS" /healthz || die "the sidecar did not start (try: $SIDECAR_BIN -check)"
+CONFIGS="direct nginx sidecar"
+SIDECAR_B_PID=""
+if [ -n "${SIDECAR_B_BIN:-}${SIDECAR_B_GOMAXPROCS:-}" ]; then
+	SIDECAR_B_BIN=${SIDECAR_B_BIN:-$SIDECAR_BIN}
+	env -i PATH="$PATH" ${SIDECAR_B_GOMAXPROCS:+GOMAXPROCS=$SIDECAR_B_GOMAXPROCS} \
+		FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
+		FAILOVER_LISTEN="127.0.0.1:$SIDECAR_B" FAILOVER_METRICS_LISTEN="127.0.0.1:$SIDECAR_B_METRICS" \
+		FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
+		"$SIDECAR_B_BIN" >/dev/null 2>&1 &
+	SIDECAR_B_PID=$!
+	pids+=("$SIDECAR_B_PID")
+	wait_port "$SIDECAR_B_METRICS" /healthz || die "sidecar-b did not start (try: $SIDECAR_B_BIN -check)"
+	CONFIGS="$CONFIGS sidecar-b"
+fi
 for p in "$MOCK" "$NGINX_CHAT" "$NGINX_SSE"; do
 	wait_port "$p" /v1/chat/completions POST || die "nginx on port $p did not start: $(cat "$tmp"/*-error.log)"
 done
@@ -240,10 +261,11 @@ url_of() { # config workload
 	direct-*) echo "http://127.0.0.1:$MOCK/v1/chat/completions" ;;
 	nginx-chat) echo "http://127.0.0.1:$NGINX_CHAT/v1/chat/completions" ;;
 	nginx-sse) echo "http://127.0.0.1:$NGINX_SSE/v1/chat/completions" ;;
+	sidecar-b-*) echo "http://127.0.0.1:$SIDECAR_B/v1/chat/completions" ;;
 	sidecar-*) echo "http://127.0.0.1:$SIDECAR/v1/chat/completions" ;;
 	esac
 }
-for cfg in direct nginx sidecar; do
+for cfg in $CONFIGS; do
 	got=$(curl -fsS "$(url_of $cfg chat)" -H 'Content-Type: application/json' -d "$CHAT_REQ")
 	[ "$got" = "$COMPLETION" ] || die "$cfg chat answer differs: ${got:0:200}"
 	curl -fsSN "$(url_of $cfg sse)" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
@@ -294,6 +316,7 @@ run_one() { # round workload conns config duration
 	case $cfg in
 	nginx) pid=$NGINX_PID ;;
 	sidecar) pid=$SIDECAR_PID ;;
+	sidecar-b) pid=$SIDECAR_B_PID ;;
 	esac
 	before=0
 	[ -z "$pid" ] || before=$(cpu_ticks "$pid")
@@ -320,14 +343,14 @@ run_one() { # round workload conns config duration
 log "warming up ..."
 for wl in $WORKLOADS; do
 	for c in $CONNS; do
-		for cfg in direct nginx sidecar; do run_one 0 "$wl" "$c" "$cfg" "$WARMUP"; done
+		for cfg in $CONFIGS; do run_one 0 "$wl" "$c" "$cfg" "$WARMUP"; done
 	done
 done
 log "measuring: $ROUNDS interleaved rounds of $DURATION per case ..."
 for round in $(seq "$ROUNDS"); do
 	for wl in $WORKLOADS; do
 		for c in $CONNS; do
-			for cfg in direct nginx sidecar; do run_one "$round" "$wl" "$c" "$cfg" "$DURATION"; done
+			for cfg in $CONFIGS; do run_one "$round" "$wl" "$c" "$cfg" "$DURATION"; done
 		done
 	done
 done
@@ -354,7 +377,7 @@ lat_one() { # round workload config
 log "measuring at a fixed rate: $LAT_RATE requests/s over $LAT_CONNS connections, $ROUNDS rounds of $LAT_DURATION ..."
 for round in $(seq "$ROUNDS"); do
 	for wl in $WORKLOADS; do
-		for cfg in direct nginx sidecar; do lat_one "$round" "$wl" "$cfg"; done
+		for cfg in $CONFIGS; do lat_one "$round" "$wl" "$cfg"; done
 	done
 done
 NGINX_RSS=$(rss_kib "$NGINX_PID")
@@ -377,32 +400,34 @@ function median(list,    n, a, i, j, t) {
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 '
-awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" "$AWK_MEDIAN"'{
+awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" -v configs="$CONFIGS" "$AWK_MEDIAN"'{
 	k = $2 SUBSEP $3 SUBSEP $4
 	rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8
 	r = $1 SUBSEP $2 SUBSEP $3
-	R[r SUBSEP $4 SUBSEP "rps"] = $5; R[r SUBSEP $4 SUBSEP "p50"] = $6; R[r SUBSEP $4 SUBSEP "p99"] = $7
+	R[r SUBSEP $4 SUBSEP "rps"] = $5; R[r SUBSEP $4 SUBSEP "p50"] = $6; R[r SUBSEP $4 SUBSEP "p99"] = $7; R[r SUBSEP $4 SUBSEP "cpu"] = $8
 	rounds[$1] = 1; wls[$2] = 1; conns[$3] = 1
 }
 END {
-	printf "| workload | conns | config | req/s | p50 | p99 | added p50 | added p99 | CPU/req | ratio to nginx |\n"
-	printf "|---|---|---|---|---|---|---|---|---|---|\n"
-	split("chat sse", W, " "); split("10 64", C, " "); split("direct nginx sidecar", F, " ")
-	for (wi = 1; wi <= 2; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= 3; fi++) {
+	printf "| workload | conns | config | req/s | p50 | p99 | p99 / nginx | added p50 | added p99 | CPU/req | CPU / nginx | ratio to nginx |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	split("chat sse", W, " "); split("10 64", C, " "); nf = split(configs, F, " ")
+	for (wi = 1; wi <= 2; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= nf; fi++) {
 		w = W[wi]; c = C[ci]; f = F[fi]; k = w SUBSEP c SUBSEP f
 		if (!(k in rps)) continue
-		a50 = ""; a99 = ""; ratio = ""
+		a50 = ""; a99 = ""; ratio = ""; p99r = ""; cpur = ""
 		for (rd in rounds) {
 			r = rd SUBSEP w SUBSEP c
 			if (!((r SUBSEP f SUBSEP "rps") in R)) continue
 			a50 = a50 " " (R[r SUBSEP f SUBSEP "p50"] - R[r SUBSEP "direct" SUBSEP "p50"])
 			a99 = a99 " " (R[r SUBSEP f SUBSEP "p99"] - R[r SUBSEP "direct" SUBSEP "p99"])
 			ratio = ratio " " (R[r SUBSEP f SUBSEP "rps"] / R[r SUBSEP "nginx" SUBSEP "rps"])
+			p99r = p99r " " (R[r SUBSEP f SUBSEP "p99"] / R[r SUBSEP "nginx" SUBSEP "p99"])
+			if (f != "direct") cpur = cpur " " (R[r SUBSEP f SUBSEP "cpu"] / R[r SUBSEP "nginx" SUBSEP "cpu"])
 		}
 		m50 = median(a50); m99 = median(a99); mr = median(ratio)
-		printf "| %s | %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s | %s | %.2f |\n", w, c, f, median(rps[k]), median(p50[k]), median(p99[k]),
-			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99)),
-			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), mr
+		printf "| %s | %s | %s | %.0f | %.0f µs | %.0f µs | %.2f | %s | %s | %s | %s | %.2f |\n", w, c, f, median(rps[k]), median(p50[k]), median(p99[k]),
+			median(p99r), (f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99)),
+			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), (f == "direct" ? "–" : sprintf("%.2f", median(cpur))), mr
 		if (f == "sidecar") { S[w, c, "ratio"] = mr; S[w, c, "a50"] = m50; S[w, c, "a99"] = m99 }
 	}
 	printf "\nresident memory after the load: nginx proxy (master and workers) %.1f MiB, sidecar %.1f MiB\n", nginx_rss / 1024, sidecar_rss / 1024
@@ -421,7 +446,7 @@ echo
 echo "fixed rate: $LAT_RATE requests/s over $LAT_CONNS keep-alive connections (testdata/bench/latency), $ROUNDS rounds of $LAT_DURATION, medians;"
 echo "service latency (from the write of the request to the last byte of the answer) in microseconds"
 echo
-awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" "$AWK_MEDIAN"'{
+awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" -v configs="$CONFIGS" "$AWK_MEDIAN"'{
 	# round workload config requests errors rate lat50 lat99 svc50 svc99
 	k = $2 SUBSEP $3
 	rate_[k] = rate_[k] " " $6; s50[k] = s50[k] " " $9; s99[k] = s99[k] " " $10
@@ -431,8 +456,8 @@ awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" "$AWK_MEDIAN"'{
 END {
 	printf "| workload | config | req/s | p50 | p99 | added p50 | added p99 |\n"
 	printf "|---|---|---|---|---|---|---|\n"
-	split("chat sse", W, " "); split("direct nginx sidecar", F, " ")
-	for (wi = 1; wi <= 2; wi++) for (fi = 1; fi <= 3; fi++) {
+	split("chat sse", W, " "); nf = split(configs, F, " ")
+	for (wi = 1; wi <= 2; wi++) for (fi = 1; fi <= nf; fi++) {
 		w = W[wi]; f = F[fi]; k = w SUBSEP f
 		if (!(k in s50)) continue
 		a50 = ""; a99 = ""
