@@ -219,15 +219,6 @@ start_nginx "$tmp/mock.conf" mock
 start_nginx "$tmp/proxy.conf" proxy
 NGINX_PID=$started
 
-# SIDECAR_GOMAXPROCS, when set, is the sidecar's GOMAXPROCS (to compare with its own default).
-env -i PATH="$PATH" ${SIDECAR_GOMAXPROCS:+GOMAXPROCS=$SIDECAR_GOMAXPROCS} \
-	FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
-	FAILOVER_LISTEN="127.0.0.1:$SIDECAR" FAILOVER_METRICS_LISTEN="127.0.0.1:$SIDECAR_METRICS" \
-	FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
-	"$SIDECAR_BIN" >/dev/null 2>&1 &
-SIDECAR_PID=$!
-pids+=("$SIDECAR_PID")
-
 wait_port() {
 	local _
 	for _ in $(seq 100); do
@@ -236,19 +227,26 @@ wait_port() {
 	done
 	return 1
 }
-wait_port "$SIDECAR_METRICS" /healthz || die "the sidecar did not start (try: $SIDECAR_BIN -check)"
+# start_sidecar BIN PORT METRICS_PORT GOMAXPROCS NAME: a sidecar pointed at the mock (GOMAXPROCS
+# empty: its own default), its pid in $started once its metrics listener answers.
+start_sidecar() {
+	env -i PATH="$PATH" ${4:+GOMAXPROCS=$4} \
+		FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
+		FAILOVER_LISTEN="127.0.0.1:$2" FAILOVER_METRICS_LISTEN="127.0.0.1:$3" \
+		FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
+		"$1" >/dev/null 2>&1 &
+	started=$!
+	pids+=("$started")
+	wait_port "$3" /healthz || die "$5 did not start (try: $1 -check)"
+}
+# SIDECAR_GOMAXPROCS, when set, is the sidecar's GOMAXPROCS (to compare with its own default).
+start_sidecar "$SIDECAR_BIN" "$SIDECAR" "$SIDECAR_METRICS" "${SIDECAR_GOMAXPROCS:-}" "the sidecar"
+SIDECAR_PID=$started
 CONFIGS="direct nginx sidecar"
 SIDECAR_B_PID=""
 if [ -n "${SIDECAR_B_BIN:-}${SIDECAR_B_GOMAXPROCS:-}" ]; then
-	SIDECAR_B_BIN=${SIDECAR_B_BIN:-$SIDECAR_BIN}
-	env -i PATH="$PATH" ${SIDECAR_B_GOMAXPROCS:+GOMAXPROCS=$SIDECAR_B_GOMAXPROCS} \
-		FAILOVER_TARGET_0_URL="http://127.0.0.1:$MOCK/v1" FAILOVER_TARGET_0_NAME=mock \
-		FAILOVER_LISTEN="127.0.0.1:$SIDECAR_B" FAILOVER_METRICS_LISTEN="127.0.0.1:$SIDECAR_B_METRICS" \
-		FAILOVER_LOG_FORMAT=json FAILOVER_LOG_LEVEL=info \
-		"$SIDECAR_B_BIN" >/dev/null 2>&1 &
-	SIDECAR_B_PID=$!
-	pids+=("$SIDECAR_B_PID")
-	wait_port "$SIDECAR_B_METRICS" /healthz || die "sidecar-b did not start (try: $SIDECAR_B_BIN -check)"
+	start_sidecar "${SIDECAR_B_BIN:-$SIDECAR_BIN}" "$SIDECAR_B" "$SIDECAR_B_METRICS" "${SIDECAR_B_GOMAXPROCS:-}" sidecar-b
+	SIDECAR_B_PID=$started
 	CONFIGS="$CONFIGS sidecar-b"
 fi
 for p in "$MOCK" "$NGINX_CHAT" "$NGINX_SSE"; do
