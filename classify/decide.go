@@ -116,9 +116,10 @@ func (p *Policy) decide(o *Outcome) Verdict {
 	}
 
 	// A response: KindResponse or KindStreamCommit.
-	if o.Status < 200 {
+	if o.Status < 200 || o.Status > 599 {
 		// An informational answer as the final one (fasthttp reads past 100 and 103, so this is
-		// a 101 nobody asked for): the target did not answer the request, as garbage would not.
+		// a 101 nobody asked for), or a status HTTP does not have (999): the target did not
+		// answer the request, as garbage would not.
 		v := Verdict{Class: ClassBadResponse, Health: HealthFailure, Reason: ReasonNoResponse, Status: 502, Transient: true}
 		return p.recoverable(o, v)
 	}

@@ -87,6 +87,7 @@ func TestDecide(t *testing.T) {
 		{"408 retries when retries left", nil, Outcome{Status: 408, RetriesLeft: true}, ClassTimeout, ActionRetry, HealthFailure, ReasonRetryableStatus, 408},
 		{"unasked-for 101 is a bad response", nil, Outcome{Status: 101}, ClassBadResponse, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
 		{"unasked-for 101 retries when retries left", nil, Outcome{Status: 101, RetriesLeft: true}, ClassBadResponse, ActionRetry, HealthFailure, ReasonNoResponse, 502},
+		{"a status HTTP does not have is a bad response", nil, Outcome{Status: 999, Body: []byte(`{"error":{"message":"x"}}`)}, ClassBadResponse, ActionTransfer, HealthFailure, ReasonNoResponse, 502},
 		{"context window transfers without health effect", nil, Outcome{Status: 400, Body: []byte(openAIContext), RetriesLeft: true}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},
 		{"anthropic prompt is too long is a context window error", nil, Outcome{Status: 400, Body: []byte(anthropicContext)}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},
 		{"context window error in a stream event", nil, Outcome{Kind: KindStreamError, Body: []byte(`{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}`)}, ClassContextWindow, ActionTransfer, HealthNone, ReasonContextWindow, 400},

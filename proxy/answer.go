@@ -75,7 +75,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			writeError(ctx, ex.family, v.Status, codeNoChoices, "provider returned no choices")
 		case classify.ClassBadResponse:
 			// An unasked-for 101 (or another final 1xx) is never the client's answer.
-			writeError(ctx, ex.family, v.Status, codeBadResponse, "provider returned an informational status as its answer")
+			writeError(ctx, ex.family, v.Status, codeBadResponse, "provider answered with a status that is no final HTTP answer (1xx, or past 599)")
 		default:
 			status := a.status
 			if v.Class == classify.ClassErrorBody {

@@ -191,6 +191,17 @@ func TestUnaskedFor101IsABadResponse(t *testing.T) {
 			t.Fatalf("sweep %s", got)
 		}
 	})
+	t.Run("so is a status HTTP does not have", func(t *testing.T) {
+		a := upstream(t, pt.JSON(999, pt.OpenAIError("odd", "server_error", "")))
+		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
+		s := start(t, env(targets(a.URL, b.URL), noRetries)...)
+		if r := s.Post("/chat/completions", chatBody); r.Status != 200 || string(r.Body) != pt.ChatCompletion("from b") {
+			t.Fatalf("got %d %s", r.Status, r.Body)
+		}
+		if got := ledgerSteps(s.WaitLedger(1)[0]); got != "t0:bad_response:transfer t1:ok:commit" {
+			t.Fatalf("sweep %s", got)
+		}
+	})
 	t.Run("alone it gives a 502 of the sidecar's", func(t *testing.T) {
 		a := upstream(t, switched)
 		s := start(t, targets(a.URL)...)
