@@ -21,13 +21,13 @@ import (
 )
 
 // The sidecar's own limits on clients (server.go): a request's headers and body must arrive
-// within 60 s (the read timeout), an idle keep-alive connection is closed after 120 s, and a
+// within 120 s (the read timeout), an idle keep-alive connection is closed after 120 s, and a
 // header block over 16 KiB is refused with 431.
 const (
-	serverReadTimeout = 60 * time.Second
+	serverReadTimeout = 120 * time.Second
 	// compression shrinks the sidecar's socket deadlines in the slow-client tests, so its
-	// 60 s read timeout takes 2 s here (see compressListener).
-	compression = 30
+	// 120 s read timeout takes 2 s here (see compressListener).
+	compression = 60
 )
 
 // compressListener hands the server connections whose deadlines come compression times
@@ -467,7 +467,7 @@ func TestHostileBodies(t *testing.T) {
 
 // TestSlowClients: clients that send their request slowly (slowloris headers, a dribbled
 // body, a request that never ends) hold no target and block nobody, and are cut by the
-// server's read timeout (60 s, compressed here to 2 s) with a 408 or a close. A slow client
+// server's read timeout (120 s, compressed here to 2 s) with a 408 or a close. A slow client
 // that finishes within the timeout is served.
 func TestSlowClients(t *testing.T) {
 	up, base := basedUpstream(t)
