@@ -58,6 +58,7 @@ func (ex *exchange) run() {
 	s.retries.Request(now)
 	ex.budget.Reset(&s.cfg.Budget)
 	ex.sweep.Reset(len(ex.cands))
+	ex.tooSmall = ex.tooSmall[:0]
 	t := ex.nextCandidate(nil, classify.Verdict{})
 	if t == nil {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
@@ -182,7 +183,7 @@ func (ex *exchange) healthAt(pos int) *budget.Health { return ex.srv.targets[ex.
 func (ex *exchange) usableLeft(now time.Time) bool {
 	from, to := ex.sweep.Untried()
 	for pos := from; pos < to; pos++ {
-		if ex.healthAt(pos).Usable(now) {
+		if ex.mayFit(pos) && ex.healthAt(pos).Usable(now) {
 			return true
 		}
 	}
@@ -191,17 +192,22 @@ func (ex *exchange) usableLeft(now time.Time) bool {
 
 // nextCandidate finds the candidate the first attempt (from nil) or a transfer from target
 // from goes to, or nil when none is left; a candidate handed out as its target's probe is
-// leased (ex.lease). A verdict that wants another model (a context-window error) passes over
-// the candidates that would send the model from sent (README, The decision order, rule 5b).
+// leased (ex.lease). A verdict that wants another model (a context-window error) adds the
+// model from sent to those too small for the prompt, and from then on every candidate that
+// would send one of them is passed over, for the rest of the request (README, The decision
+// order, rule 5b): a later transfer, from a bigger model that failed in another way, must not
+// go back to a model that cannot take the prompt.
 func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) *Target {
-	var pos int
-	var probe, ok bool
-	if !v.NewModel {
-		pos, probe, ok = ex.sweep.Next(ex.srv.clock.Now(), ex.healthAt)
-	} else {
-		ex.modelFrom = from
-		pos, probe, ok = ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, ex.acceptFn)
+	if v.NewModel {
+		if m := ex.sentModel(from); !ex.isTooSmall(m) {
+			ex.tooSmall = append(ex.tooSmall, m)
+		}
 	}
+	var accept func(pos int) bool
+	if len(ex.tooSmall) > 0 {
+		accept = ex.acceptFn
+	}
+	pos, probe, ok := ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, accept)
 	if !ok {
 		return nil
 	}
@@ -212,10 +218,20 @@ func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) *Target {
 	return t
 }
 
-// sendsOtherModel reports whether the candidate at pos would send a different model than
-// ex.modelFrom did.
-func (ex *exchange) sendsOtherModel(pos int) bool {
-	return !bytes.Equal(ex.sentModel(ex.srv.targets[ex.cands[pos]]), ex.sentModel(ex.modelFrom))
+// mayFit reports whether the candidate at pos would send a model that no context-window error
+// of this request showed too small.
+func (ex *exchange) mayFit(pos int) bool {
+	return !ex.isTooSmall(ex.sentModel(ex.srv.targets[ex.cands[pos]]))
+}
+
+// isTooSmall reports whether model m is one of ex.tooSmall.
+func (ex *exchange) isTooSmall(m []byte) bool {
+	for _, small := range ex.tooSmall {
+		if bytes.Equal(m, small) {
+			return true
+		}
+	}
+	return false
 }
 
 // sentModel is the model t sends for this request: its substitute when it has one and the

@@ -175,6 +175,42 @@ func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 	})
 }
 
+// A model that did not take the prompt stays passed over for the rest of the request (README,
+// The decision order, rule 5b: "the same model cannot take the prompt anywhere"), not only for
+// the transfer that follows its context-window error: when the bigger model then fails in its
+// own way, the request does not go back to a candidate that sends a model already too small.
+func TestContextWindowModelTooSmallStaysPassedOver(t *testing.T) {
+	overloaded := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
+	t.Run("the bigger model fails: its own answer goes back", func(t *testing.T) {
+		a := upstream(t, pt.JSON(400, contextError))
+		big := upstream(t, overloaded)
+		same := upstream(t, pt.JSON(400, contextError))
+		s := start(t, env(targets(a.URL, big.URL, same.URL), noRetries, []string{"FAILOVER_TARGET_1_MODEL=gpt-4.1"})...)
+		r := s.Post("/chat/completions", chatBody)
+		if r.Status != 503 || same.Calls() != 0 {
+			t.Fatalf("got %d %s; the candidate with the model too small was called %d times", r.Status, r.Body, same.Calls())
+		}
+		if got := ledgerSteps(s.WaitLedger(1)[0]); got != "t0:context_window:transfer t1:server_error:stop" {
+			t.Fatalf("sweep %s", got)
+		}
+	})
+	t.Run("every model found too small is passed over", func(t *testing.T) {
+		a := upstream(t, pt.JSON(400, contextError))
+		mid := upstream(t, pt.JSON(400, contextError))
+		same := upstream(t, pt.JSON(400, contextError))
+		big := upstream(t, pt.JSON(200, pt.ChatCompletion("from the 1M model")))
+		s := start(t, env(targets(a.URL, mid.URL, same.URL, big.URL), noRetries,
+			[]string{"FAILOVER_TARGET_1_MODEL=gpt-4o-256k", "FAILOVER_TARGET_3_MODEL=gpt-4.1"})...)
+		r := s.Post("/chat/completions", chatBody)
+		if r.Status != 200 || string(r.Body) != pt.ChatCompletion("from the 1M model") || same.Calls() != 0 {
+			t.Fatalf("got %d %s; the candidate with the model too small was called %d times", r.Status, r.Body, same.Calls())
+		}
+		if got := ledgerSteps(s.WaitLedger(1)[0]); got != "t0:context_window:transfer t1:context_window:transfer t3:ok:commit" {
+			t.Fatalf("sweep %s", got)
+		}
+	})
+}
+
 // An upstream 101 nobody asked for is a failed attempt, never the client's answer.
 func TestUnaskedFor101IsABadResponse(t *testing.T) {
 	switched := pt.Step{Status: 101, Header: []string{"Upgrade: websocket", "Connection: Upgrade"}, Fault: pt.FaultStallAfter}

@@ -90,15 +90,17 @@ type exchange struct {
 	gone     bool
 	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
 	stopFn   func() bool
-	acceptFn func(pos int) bool // ex.sendsOtherModel, made once
-	// modelFrom is the target a context-window error came from, for sendsOtherModel.
-	modelFrom *Target
-	hijackFn  fasthttp.HijackHandler // ex.hijacked, made once
+	acceptFn func(pos int) bool // ex.mayFit, made once
+	// tooSmall are the models a context-window error showed too small for the request's
+	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
+	// of ex.model, both fixed while the request runs.
+	tooSmall [][]byte
+	hijackFn fasthttp.HijackHandler // ex.hijacked, made once
 }
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s, clientFD: -2}
-	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.sendsOtherModel
+	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.mayFit
 	return ex
 }
 

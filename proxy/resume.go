@@ -285,8 +285,11 @@ func (ex *exchange) continuationBody(t *Target) {
 }
 
 // resumeCandidate returns the candidate a stream cut on target from is resumed on: the first
-// one marked resumable and usable now, in the request's sweep order after from, going round to
-// those before it and from itself last; nil when there is none.
+// one marked resumable and available now, in the request's sweep order after from, going round
+// to those before it and from itself last; nil when there is none. A target whose ejection has
+// run out is handed out as its probe, as to any request (README, Health): the probe is held in
+// ex.lease, which the resume attempt's verdict ends (applyHealth), or tryResume releases when
+// no attempt is made.
 func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 	n, pos := len(ex.cands), 0
 	for i, c := range ex.cands {
@@ -295,7 +298,14 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 		}
 	}
 	for k := 1; k <= n; k++ {
-		if t := ex.srv.targets[ex.cands[(pos+k)%n]]; t.resume != resumeNone && t.health.Usable(now) {
+		t := ex.srv.targets[ex.cands[(pos+k)%n]]
+		if t.resume == resumeNone {
+			continue
+		}
+		if ok, probe := t.health.Available(now); ok {
+			if probe {
+				ex.lease.take(t.health)
+			}
 			return t
 		}
 	}
@@ -392,6 +402,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		why = classify.Resume(in)
 	}
 	if why != classify.ResumeOK {
+		ex.lease.release() // a probe the candidate was handed out as: no attempt is made
 		p.notResumed(why, now)
 		return resumeSkipped, false
 	}
@@ -431,6 +442,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		if a.cut {
 			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
 			p.cut = true
+			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
 		} else {
 			ex.applyHealth(a, v)
 		}

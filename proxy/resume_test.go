@@ -583,3 +583,36 @@ func TestResumeContinuationEventTooLargeToSplice(t *testing.T) {
 		t.Fatalf("record %v", rec)
 	}
 }
+
+// A resume target whose ejection has run out is tried as its probe (README, Health): the resume
+// takes the probe as any request would, so that a failure re-ejects the target at once, and no
+// other request probes it meanwhile. Tried without taking the probe, its failure would change
+// nothing, and the target would stay open to the next request.
+func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
+	overloaded := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
+	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
+	cut.Fault = pt.FaultTruncate
+	a, b := upstream(t, overloaded, cut), upstream(t, overloaded, overloaded)
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", "FAILOVER_EJECT_AFTER=1",
+		"FAILOVER_EJECT_BASE=300ms", "FAILOVER_EJECT_MAX=300ms"))...)
+	if r := s.Post("/chat/completions", chatBody); r.Status != 503 {
+		t.Fatalf("got %d, want both targets to fail and be ejected", r.Status)
+	}
+	time.Sleep(500 * time.Millisecond) // both ejections run out
+	if r := s.Post("/chat/completions", streamBody); r.Err == nil {
+		t.Fatalf("want the stream cut:\n%s", r.Body)
+	}
+	s.WaitLedger(2)
+	if b.Calls() != 2 {
+		t.Fatalf("the resume target was called %d times, want twice", b.Calls())
+	}
+	var t1 int
+	for _, ev := range s.Records("target_ejected") {
+		if ev["target"] == "t1" {
+			t1++
+		}
+	}
+	if t1 != 2 {
+		t.Fatalf("t1 ejected %d times, want twice: the failed resume was its probe:\n%s", t1, s.Log.String())
+	}
+}
