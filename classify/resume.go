@@ -10,7 +10,7 @@ type Interruption struct {
 	// prefill of the client's own), and the stream delivered text and nothing else, and not its end.
 	Resumable   bool
 	ClientGone  bool // the client left
-	Cut         bool // the sidecar ended the stream itself (the shutdown timeout)
+	Cut         bool // the sidecar is shutting down (draining, or past its timeout): a new generation would be cut too
 	ResumesLeft bool // fewer resumes than FAILOVER_RESUME_MAX so far
 	Candidate   bool // a candidate marked resumable is usable now
 	ElapsedOK   bool // FAILOVER_MAX_ELAPSED allows starting an attempt now

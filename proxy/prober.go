@@ -144,7 +144,9 @@ func (s *Server) probeOnce(t *Target) (status int, err error) {
 		req = &probeRequest{method: "GET", path: "/v1/models"}
 	}
 	deadline := time.Now().Add(s.cfg.Budget.ProbeInterval)
-	c, err := t.pool.dial(nil, s.abort.Load)
+	// The dial too ends at the probe's deadline (FAILOVER_CONNECT_TIMEOUT may be 0, no limit)
+	// or when the shutdown begins.
+	c, err := t.pool.dial(nil, func() bool { return s.closing.Load() || time.Now().After(deadline) })
 	if err != nil {
 		return 0, err
 	}

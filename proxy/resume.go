@@ -389,7 +389,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	p.interrupted = true
 	p.endAttempt(false)
 	now := s.clock.Now()
-	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.abort.Load(),
+	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.closing.Load(),
 		ResumesLeft: r.resumes < s.cfg.Resume.Max, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
 	var next *Target
 	if in.Enabled && in.Resumable && in.ResumesLeft && !in.ClientGone && !in.Cut {

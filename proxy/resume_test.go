@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -489,6 +490,27 @@ func TestResumeNever(t *testing.T) {
 // FAILOVER_RESUME_MAX bounds the resumes of one request: a continuation cut in turn is resumed
 // again while resumes are left, and once they are spent it ends as any cut stream does, after
 // the text both delivered.
+// A stream cut while the sidecar drains for its shutdown is not resumed: a new generation
+// would be cut by the shutdown timeout in turn (README, Resume a cut stream).
+func TestResumeNeverWhileShuttingDown(t *testing.T) {
+	first := pt.SSE(append(pt.Events(0, chatWords("a", false, "Once upon a ti")...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...)
+	first.Fault = pt.FaultTruncate
+	a, b := upstream(t, first), upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "me.")...)...))
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
+	time.AfterFunc(150*time.Millisecond, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Srv.Shutdown(ctx)
+	})
+	r := s.Post("/chat/completions", streamBody)
+	if r.Err == nil || !strings.Contains(string(r.Body), `"code":"stream_interrupted"`) || b.Calls() != 0 {
+		t.Fatalf("got err=%v, resume target called %d times:\n%s", r.Err, b.Calls(), r.Body)
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "partial" || len(rec["ledger"].([]any)) != 1 {
+		t.Fatalf("record %v, want one attempt, partial", rec)
+	}
+}
+
 func TestResumeMax(t *testing.T) {
 	cut := func(who string, words ...string) pt.Step {
 		s := pt.SSE(pt.Events(0, chatWords(who, false, words...)...)...)
