@@ -226,3 +226,36 @@ func BenchmarkFramerLoneCR(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*3000), "ns/event")
 }
+
+// benchChatBody is testdata/bench/run.sh's stream: a role chunk, 18 content deltas, the finish
+// chunk and [DONE], 3,621 bytes.
+func benchChatBody() []byte {
+	chunk := func(delta, finish string) string {
+		return `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + finish + "}]}\n\n"
+	}
+	var b bytes.Buffer
+	b.WriteString(chunk(`{"role":"assistant","content":""}`, "null"))
+	for _, w := range []string{"Hello", "there,", "how", "can", "I", "help", "you", "today?", "I", "can", "answer", "questions,", "write", "text", "and", "explain", "things", "well"} {
+		b.WriteString(chunk(`{"content":"`+w+` "}`, "null"))
+	}
+	b.WriteString(chunk(`{}`, `"stop"`))
+	b.WriteString("data: [DONE]\n\n")
+	return b.Bytes()
+}
+
+// BenchmarkGateWholeStream gates a whole chat stream that arrived in one read, as a fast
+// upstream's short answer does (the load test's): the opening events are classified, the rest
+// watched as tail in the same Feed.
+func BenchmarkGateWholeStream(b *testing.B) {
+	in := benchChatBody()
+	var g Gate
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		g.Reset(Chat, 128<<10)
+		if g.Feed(in) != Commit || !g.Finished() {
+			b.Fatal("not committed and finished")
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*21), "ns/event")
+}

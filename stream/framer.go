@@ -387,3 +387,17 @@ func indexLineEnd(b []byte) int {
 	}
 	return -1
 }
+
+// betweenRecords reports that the Framer stands at the start of a line with no record begun
+// and nothing pending (no LF owed to a CR, the BOM decided): bytes from here frame as if a new
+// stream began, but for a BOM.
+func (f *Framer) betweenRecords() bool {
+	return !f.inRecord() && f.line == atLineStart && !f.cr && f.bomDone
+}
+
+// skipRecords records that the caller consumed whole records and blank lines from a point
+// where betweenRecords held, ending after a blank line: the Framer is between records again.
+func (f *Framer) skipRecords() {
+	f.clearRecord()
+	f.line = atLineStart
+}

@@ -91,6 +91,8 @@ type Gate struct {
 	// those that finished, one bit each, and whether the last event's type ended in ".done".
 	choicesSeen, choicesDone uint64
 	typedDone                bool
+
+	perEventOnly bool // tests: no skipQuiet, the reference it is checked against (quiet_test.go)
 }
 
 // Reset readies g for a new response of family f. peekLimit is how many bytes
@@ -246,7 +248,11 @@ func (g *Gate) observe(p []byte) int {
 	if !g.fr.inRecord() {
 		whole = 0
 	}
-	for off := 0; off < len(p) && !g.finished; {
+	off := g.skipQuiet(p) // the leading events that change nothing, read as one run
+	if off > 0 {
+		whole = off
+	}
+	for off < len(p) && !g.finished {
 		n, ok := g.fr.Next(p[off:])
 		off += n
 		if ok {

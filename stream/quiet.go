@@ -1,0 +1,112 @@
+package stream
+
+import (
+	"bytes"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
+)
+
+// The tail's per-event rules (isErrorEvent, isTerminal, noteEnd) cost about 240 ns an event
+// when each event is framed and read on its own, and a fast upstream's short answer arrives
+// whole: a 21-event chat stream in one read. skipQuiet reads such a read's leading events as
+// one run of bytes instead, with a few vectorised searches, and passes over every event in the
+// run that the rules could learn nothing from. It is a shortcut and never a rule of its own:
+// it stops before the first bytes that any of the rules might act on, and the events from
+// there are framed and read one by one as before (quiet_test.go checks the two agree).
+
+var (
+	quietError = []byte("rror") // in every error member, `event: error` and llama.cpp's `error:` line
+	quietDone  = []byte("DONE]")
+	eventEnd   = []byte("\n\n")
+)
+
+// skipQuiet returns how many bytes from the start of p (a read of a committed chat stream, the
+// Framer between records) are whole events that could change nothing the tail knows: none is
+// an error event or `[DONE]`, and noteEnd would skip every one (chunkChangesNothing). The
+// Framer is left between records after them; 0 when there are none, or the shortcut does not
+// apply.
+//
+// Why reading the raw bytes gives the per-event answer: an event's data is its data lines'
+// values joined with "\n", cut to tailCaptureLimit. Every pattern the rules look for has no
+// line end in it, so an event's data holds one only where the raw bytes do; between a key and
+// its colon, or a colon and its value, a join puts a line end and then the next line's field
+// name (or a line the join left out), so a line end there counts as trouble, as does a key
+// that cannot be read to its value. Only streams without CR are read this way (their events
+// end at "\n\n"), and, as a margin, only events no longer than tailCaptureLimit: the rules
+// read each event only up to the capture (a value it cuts is no value to them), and the
+// argument is kept to events they read whole.
+func (g *Gate) skipQuiet(p []byte) int {
+	if g.family != Chat || g.perEventOnly || g.choicesSeen&1 == 0 || !g.fr.betweenRecords() {
+		return 0
+	}
+	b := p
+	if i := bytes.IndexByte(b, '\r'); i >= 0 {
+		b = b[:i] // CR line ends: events are framed one by one from here
+	}
+	if i := bytes.Index(b, quietError); i >= 0 {
+		b = b[:i]
+	}
+	if i := bytes.Index(b, quietDone); i >= 0 {
+		b = b[:i]
+	}
+	b = g.quietMembers(b, keyFinishReason, endFinishReason)
+	b = g.quietMembers(b, keyIndex, endIndex)
+	n := 0
+	for {
+		i := bytes.Index(b[n:], eventEnd)
+		if i < 0 || i > tailCaptureLimit {
+			break
+		}
+		n += i + len(eventEnd)
+	}
+	if n > 0 {
+		g.fr.skipRecords()
+	}
+	return n
+}
+
+// quietMembers returns the prefix of b before the first member named key (searched by its
+// end) that chunkChangesNothing would not pass: a finish_reason that is not null or "", an
+// index that is not a number of a choice seen, or a key not followed by a colon and a value
+// within b.
+func (g *Gate) quietMembers(b, key, end []byte) []byte {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], end)
+		if i < 0 {
+			return b
+		}
+		after := off + i + len(end)
+		off = after
+		start := after - len(key)
+		if start < 0 || !bytes.Equal(b[start:after], key) {
+			continue
+		}
+		// A line end between the key and its colon, or the colon and the value, may be a
+		// join of data lines (skipQuiet): the bytes after it are not the event's.
+		j := jsonscan.SkipSpace(b, after)
+		if j >= len(b) || bytes.IndexByte(b[after:j], '\n') >= 0 {
+			return b[:start]
+		}
+		if b[j] != ':' {
+			continue // a string that is not a key ("role":"index")
+		}
+		colon := j
+		if j = jsonscan.SkipSpace(b, j+1); j >= len(b) || bytes.IndexByte(b[colon:j], '\n') >= 0 {
+			return b[:start]
+		}
+		v := b[j:]
+		if key[1] == 'f' { // finish_reason
+			if v[0] != 'n' && (v[0] != '"' || len(v) < 2 || v[1] != '"') {
+				return b[:start]
+			}
+			continue
+		}
+		n, k := 0, 0
+		for ; k < len(v) && v[k] >= '0' && v[k] <= '9'; k++ {
+			n = min(n*10+int(v[k]-'0'), 63)
+		}
+		if k == 0 || k >= len(v) || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
+			return b[:start]
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package stream
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// tailState is what the tail knows after a read: everything skipQuiet must leave as the
+// per-event rules would.
+type tailState struct {
+	whole                    int
+	finished, failed         bool
+	choicesSeen, choicesDone uint64
+	typedDone, inRecord      bool
+}
+
+func (g *Gate) tailState(whole int) tailState {
+	return tailState{whole, g.finished, g.failed, g.choicesSeen, g.choicesDone, g.typedDone, g.fr.inRecord()}
+}
+
+// quietOpening commits a chat gate on a content chunk that shows choice 0, as a real stream's
+// opening does, so that the tail's shortcut may apply to what follows.
+const quietOpening = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"
+
+// checkQuietAgrees feeds the same reads to a gate that may take the shortcut and to one that
+// reads every event on its own, and fails at the first read after which they differ. It
+// returns how many bytes the shortcut passed over, to show that a case exercises it.
+func checkQuietAgrees(t *testing.T, chunks [][]byte) (skipped int) {
+	t.Helper()
+	return checkQuietAgreesAfter(t, quietOpening, chunks)
+}
+
+// checkQuietAgreesAfter is checkQuietAgrees after the opening given, which must commit.
+func checkQuietAgreesAfter(t *testing.T, opening string, chunks [][]byte) (skipped int) {
+	t.Helper()
+	var fast, ref Gate
+	fast.Reset(Chat, 1<<20)
+	ref.Reset(Chat, 1<<20)
+	ref.perEventOnly = true
+	for _, g := range []*Gate{&fast, &ref} {
+		if d := g.Feed([]byte(opening)); d != Commit {
+			t.Fatalf("the opening chunk gave %v, want Commit", d)
+		}
+	}
+	for i, c := range chunks {
+		skipped += fast.skipQuietDry(c)
+		got, want := fast.tailState(fast.Observe(c)), ref.tailState(ref.Observe(c))
+		if got != want {
+			t.Fatalf("after read %d (%q):\n shortcut  %+v\n per event %+v", i, c, got, want)
+		}
+	}
+	return skipped
+}
+
+// skipQuietDry is how many bytes skipQuiet would pass over in p, without its effect.
+func (g *Gate) skipQuietDry(p []byte) int {
+	saved := g.fr
+	n := g.skipQuiet(p)
+	g.fr = saved
+	return n
+}
+
+// quietChunk is a chat chunk of choice 0 with the delta and finish_reason given.
+func quietChunk(delta, finish string) string {
+	return `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + finish + "}]}\n\n"
+}
+
+// Streams whose reads carry several events, each next to the rule it must not hide: the
+// shortcut passes over the quiet events and leaves every other to the per-event rules.
+func TestQuietShortcutAgreesWithPerEvent(t *testing.T) {
+	quiet := quietChunk(`{"content":"a"}`, "null") + quietChunk(`{"content":"b"}`, "null")
+	long := quietChunk(`{"content":"`+strings.Repeat("x", 600)+`"}`, "null")
+	tests := []struct {
+		name      string
+		reads     []string
+		skipsSome bool // the shortcut must pass over at least one event
+	}{
+		{"quiet events, then a finish and [DONE]", []string{quiet + quietChunk(`{}`, `"stop"`) + "data: [DONE]\n\n"}, true},
+		{"a finish without [DONE]", []string{quiet + quietChunk(`{}`, `"length"`)}, true},
+		{"an error event after quiet ones", []string{quiet + `data: {"error":{"message":"overloaded"}}` + "\n\n"}, true},
+		{"an event named error", []string{quiet + "event: error\ndata: {}\n\n"}, true},
+		{"llama.cpp's error line", []string{quiet + "error: {\"code\":500}\n\n"}, true},
+		{"an unseen choice", []string{quiet + strings.Replace(quietChunk(`{"content":"c"}`, "null"), `"index":0`, `"index":1`, 1) + quiet}, true},
+		{"a tool call's index of an unseen number", []string{quiet + quietChunk(`{"tool_calls":[{"index":3}]}`, "null")}, true},
+		{"a finish_reason joined across data lines", []string{quiet + "data: {\"choices\":[{\"index\":0,\"finish_reason\"\ndata: :\"stop\"}]}\n\n"}, true},
+		{"an index joined across data lines", []string{quiet + "data: {\"choices\":[{\"index\"\ndata: :4}]}\n\n"}, true},
+		{"a finish_reason's value on the next data line", []string{quiet + "data: {\"choices\":[{\"index\":0,\"finish_reason\":\ndata: \"stop\"}]}\n\n"}, true},
+		{"an event longer than the capture", []string{long + quiet}, false},
+		{"a finish_reason past the capture", []string{quiet + strings.Replace(long, "null", `"stop"`, 1)}, true},
+		{"CRLF line ends", []string{strings.ReplaceAll(quiet, "\n", "\r\n") + quietChunk(`{}`, `"stop"`)}, false},
+		{"CR after quiet events", []string{quiet + strings.ReplaceAll(quietChunk(`{}`, `"stop"`), "\n", "\r")}, true},
+		{"a read that ends inside an event", []string{quiet + quiet[:40], quiet[40:] + quiet}, true},
+		{"a read that ends between the two line ends", []string{quiet[:len(quiet)-1], "\n" + quiet}, true},
+		{"comments and blank lines", []string{": ping\n\n\n\n" + quiet + ": ping\n\n"}, true},
+		{"the word index as content", []string{quietChunk(`{"content":"index"}`, "null") + quiet}, true},
+		{"[DONE] then more", []string{quiet + "data: [DONE]\n\n" + quiet}, true},
+		{"[DONE] inside content", []string{quietChunk(`{"content":"[DONE]"}`, "null") + quiet}, false},
+		{"usage-only chunk after the finish", []string{quiet + quietChunk(`{}`, `"stop"`) + `data: {"choices":[],"usage":{"total_tokens":3}}` + "\n\n"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reads := make([][]byte, len(tc.reads))
+			for i, r := range tc.reads {
+				reads[i] = []byte(r)
+			}
+			if skipped := checkQuietAgrees(t, reads); tc.skipsSome && skipped == 0 {
+				t.Fatal("the shortcut passed over nothing: the case does not test it")
+			}
+		})
+	}
+}
+
+// The shortcut on the load test's stream: all but the finish chunk and [DONE] after the
+// committing chunk are passed over.
+func TestQuietShortcutOnAWholeStream(t *testing.T) {
+	in := benchChatBody()
+	var g Gate
+	g.Reset(Chat, 128<<10)
+	if g.Feed(in) != Commit || !g.Finished() || g.Failed() {
+		t.Fatal("the stream is not committed, finished and clean")
+	}
+	// The opening (role) chunk does not commit; the first content chunk does, and the quiet
+	// run is the 17 content chunks after it.
+	events := bytes.SplitAfter(in, []byte("\n\n"))
+	var fast Gate
+	fast.Reset(Chat, 128<<10)
+	fast.Feed(bytes.Join(events[:2], nil))
+	rest := bytes.Join(events[2:], nil)
+	want := len(bytes.Join(events[2:19], nil))
+	if got := fast.skipQuietDry(rest); got != want {
+		t.Fatalf("the shortcut passed over %d bytes, want %d (17 content chunks)", got, want)
+	}
+	checkQuietAgrees(t, [][]byte{rest})
+}
+
+// FuzzQuietShortcut: on any reads after a committed chat opening, the shortcut leaves the
+// tail exactly where reading every event on its own does.
+func FuzzQuietShortcut(f *testing.F) {
+	quiet := quietChunk(`{"content":"a"}`, "null")
+	f.Add([]byte(quiet+quiet+quietChunk(`{}`, `"stop"`)+"data: [DONE]\n\n"), []byte{200})
+	f.Add([]byte(quiet+"data: {\"choices\":[{\"index\"\ndata: :4}]}\n\n"+quiet), []byte{63, 7})
+	f.Add([]byte(quiet+"event: error\ndata: {}\n\n"), []byte{0})
+	f.Add([]byte(quiet+"data: {\"choices\":[{\"index\":0,\"finish_reason\":\ndata: \"stop\"}]}\n\n"), []byte{100, 100})
+	f.Add([]byte(": x\n\n\n"+quiet+"\r\n"+quiet), []byte{30})
+	f.Fuzz(func(t *testing.T, in, cuts []byte) {
+		checkQuietAgrees(t, [][]byte{in})
+		checkQuietAgrees(t, splitByLarge(in, cuts))
+	})
+}
+
+// splitByLarge cuts in into reads of 1 to 256 bytes (each byte of cuts a size, cycled), so
+// that reads hold several events as well as parts of one.
+func splitByLarge(in, cuts []byte) [][]byte {
+	if len(cuts) == 0 || len(in) == 0 {
+		return [][]byte{in}
+	}
+	var out [][]byte
+	for i := 0; len(in) > 0; i++ {
+		n := min(int(cuts[i%len(cuts)])+1, len(in))
+		out = append(out, in[:n])
+		in = in[n:]
+	}
+	return out
+}
