@@ -439,6 +439,13 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	}
 	if !ok {
 		// Nothing of the resume attempt reaches the client: it ends as the interruption did.
+		if !a.cut && !o.ClientGone && ex.clientGone() {
+			// As run looks again before it acts on a failed attempt: the client may have left
+			// while the attempt ran, and then its outcome says nothing of the target (README,
+			// The decision order, rule 1).
+			o.ClientGone = true
+			v = s.policy.Decide(&o)
+		}
 		if a.cut {
 			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
 			p.cut = true

@@ -1,9 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -636,5 +638,56 @@ func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
 	}
 	if t1 != 2 {
 		t.Fatalf("t1 ejected %d times, want twice: the failed resume was its probe:\n%s", t1, s.Log.String())
+	}
+}
+
+// A client that leaves while a resume attempt runs takes the attempt's health effect with it, as
+// for any attempt (README, The decision order, rule 1): the resume target's 503, which arrives
+// after the client left and before the sidecar looked, neither counts against the target nor
+// is a failed resume.
+func TestResumeAttemptWhoseClientLeftHasNoHealthEffect(t *testing.T) {
+	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
+	cut.Fault = pt.FaultTruncate
+	asked, left := make(chan struct{}, 1), make(chan struct{})
+	a, b := upstream(t, cut), upstream(t)
+	b.Respond(func(*pt.Request) pt.Step {
+		asked <- struct{}{}
+		<-left // the client is gone before the answer is sent
+		return pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
+	})
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", "FAILOVER_EJECT_AFTER=1"))...)
+	c := dial(t, s.Addr)
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for buf := make([]byte, 4096); !strings.Contains(string(got), "Once upon a ti"); {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("%v before the delivered text: %q", err, got)
+		}
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume target was never asked")
+	}
+	c.Close()
+	close(left)
+	rec := s.WaitLedger(1)[0]
+	ledger := rec["ledger"].([]any)
+	if rec["outcome"] != "cancelled" || len(ledger) != 2 || ledger[1].(map[string]any)["class"] != "cancelled" {
+		t.Fatalf("record %v, want the resume attempt cancelled", rec)
+	}
+	for _, ev := range s.Records("target_ejected") {
+		if ev["target"] == "t1" {
+			t.Fatalf("the resume target was ejected for an answer its client did not wait for: %v", ev)
+		}
+	}
+	if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="failed"}`) != 0 {
+		t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
 	}
 }
