@@ -378,7 +378,8 @@ const (
 // attempt is made on the candidate (resumeCandidate) with the continuation body, through the
 // gate like any attempt. When it commits with text, its events are spliced into the client's
 // stream after an SSE comment naming it. When it does not, nothing of it reaches the client,
-// which gets the original interruption's error event; clientLeft reports a failed write then.
+// which gets the original interruption's error event (the shutdown's, when the shutdown timeout
+// cut the attempt); clientLeft reports a failed write then.
 func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft bool) {
 	r, ex := p.res, p.ex
 	s := ex.srv
@@ -450,6 +451,9 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
 			p.cut = true
 			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
+			// The shutdown, not the interruption the resume was to mend, ends the stream: the
+			// client is told so, as of any stream the shutdown cuts (finishBody).
+			msg, r.errEvent = errShutdown.Error(), r.errEvent[:0]
 		} else {
 			ex.applyHealth(a, v)
 		}

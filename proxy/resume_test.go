@@ -691,3 +691,63 @@ func TestResumeAttemptWhoseClientLeftHasNoHealthEffect(t *testing.T) {
 		t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
 	}
 }
+
+// The shutdown timeout that cuts a resume attempt in progress is what the client is told, as
+// for any stream the shutdown cuts (README, Resume a cut stream): the sidecar's
+// stream_interrupted event saying it is shutting down, not the original interruption's
+// (neither the sidecar's message nor the upstream's own error event); the attempt is
+// cancelled and says nothing of the resume target.
+func TestResumeAttemptCutByTheShutdown(t *testing.T) {
+	delivered := chatWords("a", false, "Once upon a ti")
+	cut := pt.SSE(pt.Events(0, delivered...)...)
+	cut.Fault = pt.FaultTruncate
+	upstreamError := pt.SSE(pt.Events(0, append(delivered, pt.ChatError("The server had an error", "server_error", "server_error"))...)...)
+	for _, tc := range []struct {
+		name     string
+		first    pt.Step
+		original string // what the original interruption's error event says
+	}{
+		{"after a cut connection", cut, "the upstream"},
+		{"after the upstream's error event", upstreamError, "The server had an error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := make(chan struct{}, 1)
+			a, b := upstream(t, tc.first), upstream(t)
+			b.Respond(func(*pt.Request) pt.Step {
+				asked <- struct{}{}
+				return pt.Step{Fault: pt.FaultStall}
+			})
+			s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", "FAILOVER_EJECT_AFTER=1"))...)
+			go func() {
+				select {
+				case <-asked:
+				case <-time.After(10 * time.Second):
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				s.Srv.Shutdown(ctx)
+			}()
+			r := s.Post("/chat/completions", streamBody)
+			sent := strings.Join(delivered, "")
+			if r.Err == nil || !strings.HasPrefix(string(r.Body), sent) {
+				t.Fatalf("err %v, want the delivered events and an aborted body:\n%s", r.Err, r.Body)
+			}
+			after, _ := parseSSE(r.Body[len(sent):])
+			if len(after) != 1 || !strings.Contains(after[0].data, `"code":"stream_interrupted"`) ||
+				!strings.Contains(after[0].data, "the sidecar is shutting down") || strings.Contains(after[0].data, tc.original) {
+				t.Fatalf("after the delivered events, want the shutdown's stream_interrupted, got %q", after)
+			}
+			rec := s.WaitLedger(1)[0]
+			ledger := rec["ledger"].([]any)
+			if rec["outcome"] != "partial" || len(ledger) != 2 || ledger[1].(map[string]any)["class"] != "cancelled" {
+				t.Fatalf("record %v", rec)
+			}
+			for _, ev := range s.Records("target_ejected") {
+				if ev["target"] == "t1" {
+					t.Fatalf("the resume target was ejected for an attempt the shutdown cut: %v", ev)
+				}
+			}
+		})
+	}
+}
