@@ -221,22 +221,36 @@ func resumableRequest(p *fastjson.Parser, f stream.Family, body []byte) bool {
 	if err != nil {
 		return false
 	}
-	msgs := v.GetArray("messages")
-	if len(msgs) == 0 || string(msgs[len(msgs)-1].GetStringBytes("role")) == "assistant" {
+	msgs := member(v, "messages").GetArray()
+	if len(msgs) == 0 || string(member(msgs[len(msgs)-1], "role").GetStringBytes()) == "assistant" {
 		return false
 	}
 	if f == stream.Chat {
-		if n := v.Get("n"); n != nil && n.Type() != fastjson.TypeNull && v.GetFloat64("n") != 1 {
+		if n := member(v, "n"); n != nil && n.Type() != fastjson.TypeNull && n.GetFloat64() != 1 {
 			return false
 		}
-		if v.GetBool("logprobs") {
+		if member(v, "logprobs").GetBool() {
 			return false
 		}
-		if tl := v.Get("top_logprobs"); tl != nil && tl.Type() != fastjson.TypeNull {
+		if tl := member(v, "top_logprobs"); tl != nil && tl.Type() != fastjson.TypeNull {
 			return false
 		}
 	}
 	return true
+}
+
+// member returns the value of object v's last member named key; nil when there is none, or v
+// is no object. A key sent twice is read as the providers' JSON parsers (Python's, Go's,
+// JavaScript's) read it, the later one winning, as scanRequest and messagesEnd read it too;
+// fastjson's Get takes the first.
+func member(v *fastjson.Value, key string) *fastjson.Value {
+	var m *fastjson.Value
+	v.GetObject().Visit(func(k []byte, kv *fastjson.Value) {
+		if string(k) == key {
+			m = kv
+		}
+	})
+	return m
 }
 
 // messagesEnd finds, in a body that is a valid JSON object, the closing bracket of its

@@ -448,6 +448,12 @@ func TestResumeNever(t *testing.T) {
 		{"with n=2 asked", truncated(append(text, n2)...), `{"model":"gpt-4o-mini","stream":true,"n":2,"messages":[{"role":"user","content":"Say hello"}]}`, nil, ""},
 		{"with logprobs asked", truncated(text...), `{"model":"gpt-4o-mini","stream":true,"logprobs":true,"messages":[{"role":"user","content":"Say hello"}]}`, nil, ""},
 		{"a client's own prefill", truncated(text...), `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":"Once"}]}`, nil, ""},
+		// A key sent twice is read as the providers' parsers read it: the last one.
+		{"a client's own prefill in the last of two messages", truncated(text...),
+			`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}],"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":"Once"}]}`, nil, ""},
+		{"a client's own prefill in the last of two roles", truncated(text...),
+			`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"user","content":"Once","role":"assistant"}]}`, nil, ""},
+		{"n=2 in the last of two", truncated(append(text, n2)...), `{"model":"gpt-4o-mini","stream":true,"n":1,"messages":[{"role":"user","content":"Say hello"}],"n":2}`, nil, ""},
 		{"a finished stream cut before [DONE]", func() pt.Step {
 			return cutAt(chatWords("a", true, "Once upon a time."), pt.FaultResetAfter, `"finish_reason":"stop"}]}`+"\n\n", 0)
 		}(), streamBody, nil, "not_resumable"},
@@ -487,6 +493,22 @@ func TestResumeNever(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A body that sends "messages" twice is resumed as the providers read it, from the last one:
+// that is the one the continuation's assistant message is appended to, and the one whose last
+// message says whether the client asked for a prefill of its own.
+func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
+	body := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Once"}],` +
+		`"messages":[{"role":"user","content":"Say hello"}]}`
+	a := upstream(t, cutAt(chatWords("a", true, "Hello wor", "ld"), pt.FaultCloseAfter, `"content":"ld`, 0))
+	b := upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "ld")...)...))
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
+	r := s.Post("/chat/completions", body)
+	if v := readClient(t, false, r.Body); r.Err != nil || v.text != "Hello world" {
+		t.Fatalf("err %v, text %q:\n%s", r.Err, v.text, r.Body)
+	}
+	checkContinuationRequest(t, b, body, "Hello wor", "")
 }
 
 // FAILOVER_RESUME_MAX bounds the resumes of one request: a continuation cut in turn is resumed
