@@ -33,8 +33,9 @@ type ResumeConfig struct {
 	Max  int    `env:"RESUME_MAX" envDefault:"1"`
 }
 
-// On reports whether cut streams may be resumed.
-func (c *ResumeConfig) On() bool { return c.Mode == "on" }
+// On reports whether cut streams may be resumed: FAILOVER_RESUME=on, and FAILOVER_RESUME_MAX
+// lets one be. With FAILOVER_RESUME_MAX=0 none can, and no stream pays for a resume (as off).
+func (c *ResumeConfig) On() bool { return c.Mode == "on" && c.Max > 0 }
 
 // resumeMode is how a target continues an answer (FAILOVER_TARGET_<i>_RESUME).
 type resumeMode uint8

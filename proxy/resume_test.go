@@ -457,7 +457,8 @@ func TestResumeNever(t *testing.T) {
 		{"a finished stream cut before [DONE]", func() pt.Step {
 			return cutAt(chatWords("a", true, "Once upon a time."), pt.FaultResetAfter, `"finish_reason":"stop"}]}`+"\n\n", 0)
 		}(), streamBody, nil, "not_resumable"},
-		{"FAILOVER_RESUME_MAX=0", truncated(text...), streamBody, []string{"FAILOVER_RESUME_MAX=0"}, "resume_limit"},
+		// No stream can be resumed: as with FAILOVER_RESUME=off, nothing is prepared or logged.
+		{"FAILOVER_RESUME_MAX=0", truncated(text...), streamBody, []string{"FAILOVER_RESUME_MAX=0"}, ""},
 		{"FAILOVER_ENABLED=false", truncated(text...), streamBody, []string{"FAILOVER_ENABLED=false"}, "disabled"},
 		{"the retry budget spent", truncated(text...), streamBody, []string{"FAILOVER_RETRY_BUDGET_MIN=0"}, "retry_budget"},
 		{"FAILOVER_MAX_ELAPSED spent", pt.SSE(append(pt.Events(0, text...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...),
@@ -560,6 +561,10 @@ func TestResumeMax(t *testing.T) {
 			if !tc.clean {
 				if c.Calls() != 0 || len(v.errors) != 1 {
 					t.Fatalf("the third target was called %d times; errors %q", c.Calls(), v.errors)
+				}
+				s.WaitLedger(1)
+				if ev := s.Records("stream_not_resumed"); len(ev) != 1 || ev[0]["reason"] != "resume_limit" || ev[0]["target"] != "t1" {
+					t.Errorf("stream_not_resumed events %v, want one with reason resume_limit", ev)
 				}
 				if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="interrupted"}`) != 1 {
 					t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
