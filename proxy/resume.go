@@ -463,7 +463,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 			v = s.policy.Decide(&o)
 		}
 		if a.cut {
-			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
+			v = classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
 			p.cut = true
 			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
 			// The shutdown, not the interruption the resume was to mend, ends the stream: the
@@ -472,7 +472,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		} else {
 			ex.applyHealth(a, v)
 		}
-		v.Action, v.Wait = classify.ActionStop, 0
+		v = classify.ResumeStopped(v)
 		ex.record(a, v)
 		if !ex.gone && !a.cut {
 			next.metrics.resumes[resumeFailed].Inc()

@@ -332,26 +332,27 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 		extra    []string
 		ending   string // what the client gets after the delivered events
 		class    string // the resume attempt's class in the ledger
+		reason   string // and its reason
 	}{
 		{"the target refuses the prefill (400)", false, cut,
-			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "stream_interrupted", "client_error"},
+			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "stream_interrupted", "client_error", "not_retryable"},
 		{"the target refuses the prefill in an error event", true, msgCut,
-			pt.SSE(pt.Events(0, pt.AnthropicStreamError("invalid_request_error", "final assistant content cannot end with trailing whitespace"))...), nil, "stream_interrupted", "client_error"},
-		{"the target answers 503", false, cut, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), nil, "stream_interrupted", "server_error"},
+			pt.SSE(pt.Events(0, pt.AnthropicStreamError("invalid_request_error", "final assistant content cannot end with trailing whitespace"))...), nil, "stream_interrupted", "client_error", "not_retryable"},
+		{"the target answers 503", false, cut, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), nil, "stream_interrupted", "server_error", "retryable_status"},
 		{"an error event before content", false, cut,
-			pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("capacity", "server_error", "server_error"))...), nil, "stream_interrupted", "server_error"},
-		{"an empty stream", true, msgCut, pt.SSE(pt.Events(0, messagesWords("b", true)...)...), nil, "stream_interrupted", "ok"},
+			pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("capacity", "server_error", "server_error"))...), nil, "stream_interrupted", "server_error", "retryable_status"},
+		{"an empty stream", true, msgCut, pt.SSE(pt.Events(0, messagesWords("b", true)...)...), nil, "stream_interrupted", "ok", "not_resumable"},
 		{"a reset before content", false, cut, func() pt.Step {
 			s := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("never sent"))...)
 			s.Fault, s.FaultBytes = pt.FaultResetAfter, pt.RawOffset(s, pt.ChatRole, 0)
 			return s
-		}(), nil, "stream_interrupted", "reset"},
+		}(), nil, "stream_interrupted", "reset", "no_response"},
 		{"no content before the first-byte timeout", false, cut, pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
-			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_interrupted", "timeout"},
+			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_interrupted", "timeout", "no_response"},
 		{"a tool call first", false, cut, pt.SSE(pt.Events(0, pt.ChatRole,
-			`data: {"id":"chatcmpl-b","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`+"\n\n", pt.Done)...), nil, "stream_interrupted", "ok"},
+			`data: {"id":"chatcmpl-b","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`+"\n\n", pt.Done)...), nil, "stream_interrupted", "ok", "not_resumable"},
 		{"the upstream's own error event is the original", false, upstreamError,
-			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "The server had an error", "client_error"},
+			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "The server had an error", "client_error", "not_retryable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, body, sent := "/chat/completions", streamBody, strings.Join(delivered, "")
@@ -386,7 +387,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 			}
 			first, resume := ledger[0].(map[string]any), ledger[1].(map[string]any)
 			if first["phase"] != "resumed" || first["class"] != "interrupted" || resume["target"] != "t1" || resume["phase"] == "resumed" ||
-				resume["phase"] == "committed" || resume["action"] != "stop" || resume["class"] != tc.class {
+				resume["phase"] == "committed" || resume["action"] != "stop" || resume["class"] != tc.class || resume["reason"] != tc.reason {
 				t.Fatalf("ledger %v", ledger)
 			}
 			if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="failed"}`) != 1 {
