@@ -77,3 +77,17 @@ func resumeHealth(v Verdict) Verdict {
 	}
 	return v
 }
+
+// ResumeStopped is the verdict for a resume attempt that does not continue the stream: nothing
+// of it reaches the client, and nothing follows it, whatever Decide wanted (a retry or a
+// transfer is no resume: FAILOVER_RESUME_MAX bounds those). An attempt Decide would have
+// committed is a good answer whose first content is not text (a tool call, reasoning, an end
+// without text), which the client's stream cannot take: the resume is abandoned, with reason
+// not_resumable. Its class and health effect stay as Decide gave them.
+func ResumeStopped(v Verdict) Verdict {
+	if v.Action == ActionCommit {
+		v.Reason = ReasonNotResumable
+	}
+	v.Action, v.Wait = ActionStop, 0
+	return v
+}

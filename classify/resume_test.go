@@ -70,3 +70,31 @@ func TestDecideResumeHealth(t *testing.T) {
 		})
 	}
 }
+
+// A resume attempt that does not continue the stream stops: one that failed keeps its class,
+// reason and health; one that would have committed (its first content was not text) says the
+// resume was abandoned, not that it went well (README, The request record).
+func TestResumeStopped(t *testing.T) {
+	p := defaultPolicy()
+	for _, tc := range []struct {
+		name   string
+		out    Outcome
+		class  Class
+		reason Reason
+		health Health
+	}{
+		{"content that is not text", Outcome{Kind: KindStreamCommit, Status: 200}, ClassNone, ReasonNotResumable, HealthSuccess},
+		{"503", Outcome{Kind: KindResponse, Status: 503, Body: []byte(openAI503)}, ClassServerError, ReasonRetryableStatus, HealthFailure},
+		{"400 refusing the prefill", Outcome{Kind: KindResponse, Status: 400, Body: []byte(openAI400)}, ClassClientError, ReasonNotRetryable, HealthNone},
+		{"the client left", Outcome{Kind: KindStreamCommit, Status: 200, ClientGone: true}, ClassCancelled, ReasonCancelled, HealthNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.out
+			o.Resume = true
+			v := ResumeStopped(p.Decide(&o))
+			if v.Action != ActionStop || v.Wait != 0 || v.Class != tc.class || v.Reason != tc.reason || v.Health != tc.health {
+				t.Fatalf("%+v, want stop, class %v, reason %v, health %v", v, tc.class, tc.reason, tc.health)
+			}
+		})
+	}
+}

@@ -138,6 +138,7 @@ const (
 	ReasonRetryBudget                     // the fleet-wide retry budget is spent
 	ReasonExhausted                       // a transfer found no candidate left (set by the proxy's sweep)
 	ReasonContextWindow                   // the prompt is too long for the model: only a different model can help
+	ReasonNotResumable                    // a resume attempt's continuation did not start with text (ResumeStopped)
 	NumReasons
 )
 
@@ -145,6 +146,7 @@ var reasonNames = [NumReasons]string{
 	"ok", "no_response", "retryable_status", "phrase", "credential", "quota", "empty", "retry_after",
 	"success_rule", "stop_rule", "not_retryable", "caller_credentials", "cancelled", "committed",
 	"disabled", "transfer_limit", "elapsed_limit", "retry_budget", "exhausted", "context_window",
+	"not_resumable",
 }
 
 func (r Reason) String() string {

@@ -480,8 +480,8 @@ func (p *pipe) end(clientLeft bool) {
 }
 
 // endAttempt decides how the attempt the stream comes from (p.a) ended, and, the first time,
-// applies it: an interruption counts against the target (unless the sidecar cut the stream),
-// and the attempt's ledger entry gets its duration and class.
+// applies it: an interruption counts against the target and is its last error (unless the
+// sidecar cut the stream), and the attempt's ledger entry gets its duration and class.
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
 	s := ex.srv
@@ -495,7 +495,9 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	}
 	p.attemptEnded = true
 	if v.Health == classify.HealthFailure && !p.cut {
-		if ejected, d := p.a.t.health.Failure(s.clock.Now()); ejected {
+		now := s.clock.Now()
+		p.a.t.noteError(v.Class, now) // a failure of the target's, as in its health (README, The target table)
+		if ejected, d := p.a.t.health.Failure(now); ejected {
 			ex.ejected(p.a, d, "stream_interrupted")
 		}
 	}

@@ -33,8 +33,9 @@ type ResumeConfig struct {
 	Max  int    `env:"RESUME_MAX" envDefault:"1"`
 }
 
-// On reports whether cut streams may be resumed.
-func (c *ResumeConfig) On() bool { return c.Mode == "on" }
+// On reports whether cut streams may be resumed: FAILOVER_RESUME=on, and FAILOVER_RESUME_MAX
+// lets one be. With FAILOVER_RESUME_MAX=0 none can, and no stream pays for a resume (as off).
+func (c *ResumeConfig) On() bool { return c.Mode == "on" && c.Max > 0 }
 
 // resumeMode is how a target continues an answer (FAILOVER_TARGET_<i>_RESUME).
 type resumeMode uint8
@@ -221,22 +222,36 @@ func resumableRequest(p *fastjson.Parser, f stream.Family, body []byte) bool {
 	if err != nil {
 		return false
 	}
-	msgs := v.GetArray("messages")
-	if len(msgs) == 0 || string(msgs[len(msgs)-1].GetStringBytes("role")) == "assistant" {
+	msgs := member(v, "messages").GetArray()
+	if len(msgs) == 0 || string(member(msgs[len(msgs)-1], "role").GetStringBytes()) == "assistant" {
 		return false
 	}
 	if f == stream.Chat {
-		if n := v.Get("n"); n != nil && n.Type() != fastjson.TypeNull && v.GetFloat64("n") != 1 {
+		if n := member(v, "n"); n != nil && n.Type() != fastjson.TypeNull && n.GetFloat64() != 1 {
 			return false
 		}
-		if v.GetBool("logprobs") {
+		if member(v, "logprobs").GetBool() {
 			return false
 		}
-		if tl := v.Get("top_logprobs"); tl != nil && tl.Type() != fastjson.TypeNull {
+		if tl := member(v, "top_logprobs"); tl != nil && tl.Type() != fastjson.TypeNull {
 			return false
 		}
 	}
 	return true
+}
+
+// member returns the value of object v's last member named key; nil when there is none, or v
+// is no object. A key sent twice is read as the providers' JSON parsers (Python's, Go's,
+// JavaScript's) read it, the later one winning, as scanRequest and messagesEnd read it too;
+// fastjson's Get takes the first.
+func member(v *fastjson.Value, key string) *fastjson.Value {
+	var m *fastjson.Value
+	v.GetObject().Visit(func(k []byte, kv *fastjson.Value) {
+		if string(k) == key {
+			m = kv
+		}
+	})
+	return m
 }
 
 // messagesEnd finds, in a body that is a valid JSON object, the closing bracket of its
@@ -378,7 +393,8 @@ const (
 // attempt is made on the candidate (resumeCandidate) with the continuation body, through the
 // gate like any attempt. When it commits with text, its events are spliced into the client's
 // stream after an SSE comment naming it. When it does not, nothing of it reaches the client,
-// which gets the original interruption's error event; clientLeft reports a failed write then.
+// which gets the original interruption's error event (the shutdown's, when the shutdown timeout
+// cut the attempt); clientLeft reports a failed write then.
 func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft bool) {
 	r, ex := p.res, p.ex
 	s := ex.srv
@@ -439,14 +455,24 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	}
 	if !ok {
 		// Nothing of the resume attempt reaches the client: it ends as the interruption did.
+		if !a.cut && !o.ClientGone && ex.clientGone() {
+			// As run looks again before it acts on a failed attempt: the client may have left
+			// while the attempt ran, and then its outcome says nothing of the target (README,
+			// The decision order, rule 1).
+			o.ClientGone = true
+			v = s.policy.Decide(&o)
+		}
 		if a.cut {
-			v = classify.Verdict{Class: classify.ClassCancelled, Reason: classify.ReasonCancelled}
+			v = classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
 			p.cut = true
 			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
+			// The shutdown, not the interruption the resume was to mend, ends the stream: the
+			// client is told so, as of any stream the shutdown cuts (finishBody).
+			msg, r.errEvent = errShutdown.Error(), r.errEvent[:0]
 		} else {
 			ex.applyHealth(a, v)
 		}
-		v.Action, v.Wait = classify.ActionStop, 0
+		v = classify.ResumeStopped(v)
 		ex.record(a, v)
 		if !ex.gone && !a.cut {
 			next.metrics.resumes[resumeFailed].Inc()

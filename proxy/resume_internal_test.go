@@ -1,11 +1,18 @@
 package proxy
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/llm-failover/failover/classify"
+	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
 // FAILOVER_RESUME, FAILOVER_RESUME_MAX and FAILOVER_TARGET_<i>_RESUME (README, Configuration
@@ -82,5 +89,73 @@ func TestLedgerRendersAContinuation(t *testing.T) {
 	}
 	if txt := string(l.AppendText(nil)); txt != "1:a 200 interrupted resumed commit 1ms | 2:b 200 ok resumed commit 2ms delivered=14 seam=13" {
 		t.Fatalf("text: %s", txt)
+	}
+}
+
+// With FAILOVER_RESUME_MAX=0 no stream can be resumed, and none pays for it, as with
+// FAILOVER_RESUME=off (README, Resume a cut stream): a stream that could be resumed otherwise
+// copies nothing of its request at commit, so its exchange never gets a resumption, and its
+// events do not go through a transcript. Every exchange the server uses is made by its pool's
+// New, so the test sees them all.
+func TestResumeMaxZeroCopiesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		copies bool
+	}{
+		{"FAILOVER_RESUME_MAX=1", []string{"FAILOVER_RESUME=on"}, true},
+		{"FAILOVER_RESUME_MAX=0", []string{"FAILOVER_RESUME=on", "FAILOVER_RESUME_MAX=0"}, false},
+		{"FAILOVER_RESUME=off", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up, err := pt.New(pt.SSE(pt.ChatStream(20*time.Millisecond, "Hello", " world")...)) // piped after commit
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(up.Close)
+			cfg, err := Load(append([]string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_TARGET_0_RESUME=prefill"}, tc.env...), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := New(cfg, Options{Logger: slog.New(NewJSONHandler(io.Discard, slog.LevelInfo))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var made []*exchange
+			srv.pool.New = func() any {
+				ex := newExchange(srv)
+				mu.Lock()
+				made = append(made, ex)
+				mu.Unlock()
+				return ex
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve(ln) // ends with Shutdown
+			resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || !strings.HasSuffix(string(body), pt.Done) {
+				t.Fatalf("the stream did not end cleanly: %v\n%s", err, body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(ctx) // returns once the stream's exchange is finished
+			mu.Lock()
+			defer mu.Unlock()
+			copied := false
+			for _, ex := range made {
+				copied = copied || ex.resume != nil
+			}
+			if copied != tc.copies || len(made) == 0 {
+				t.Fatalf("%d exchanges, a request copied for a resume: %v, want %v", len(made), copied, tc.copies)
+			}
+		})
 	}
 }

@@ -1,9 +1,11 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -330,26 +332,27 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 		extra    []string
 		ending   string // what the client gets after the delivered events
 		class    string // the resume attempt's class in the ledger
+		reason   string // and its reason
 	}{
 		{"the target refuses the prefill (400)", false, cut,
-			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "stream_interrupted", "client_error"},
+			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "stream_interrupted", "client_error", "not_retryable"},
 		{"the target refuses the prefill in an error event", true, msgCut,
-			pt.SSE(pt.Events(0, pt.AnthropicStreamError("invalid_request_error", "final assistant content cannot end with trailing whitespace"))...), nil, "stream_interrupted", "client_error"},
-		{"the target answers 503", false, cut, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), nil, "stream_interrupted", "server_error"},
+			pt.SSE(pt.Events(0, pt.AnthropicStreamError("invalid_request_error", "final assistant content cannot end with trailing whitespace"))...), nil, "stream_interrupted", "client_error", "not_retryable"},
+		{"the target answers 503", false, cut, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), nil, "stream_interrupted", "server_error", "retryable_status"},
 		{"an error event before content", false, cut,
-			pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("capacity", "server_error", "server_error"))...), nil, "stream_interrupted", "server_error"},
-		{"an empty stream", true, msgCut, pt.SSE(pt.Events(0, messagesWords("b", true)...)...), nil, "stream_interrupted", "ok"},
+			pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatError("capacity", "server_error", "server_error"))...), nil, "stream_interrupted", "server_error", "retryable_status"},
+		{"an empty stream", true, msgCut, pt.SSE(pt.Events(0, messagesWords("b", true)...)...), nil, "stream_interrupted", "ok", "not_resumable"},
 		{"a reset before content", false, cut, func() pt.Step {
 			s := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("never sent"))...)
 			s.Fault, s.FaultBytes = pt.FaultResetAfter, pt.RawOffset(s, pt.ChatRole, 0)
 			return s
-		}(), nil, "stream_interrupted", "reset"},
+		}(), nil, "stream_interrupted", "reset", "no_response"},
 		{"no content before the first-byte timeout", false, cut, pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
-			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_interrupted", "timeout"},
+			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=300ms"}, "stream_interrupted", "timeout", "no_response"},
 		{"a tool call first", false, cut, pt.SSE(pt.Events(0, pt.ChatRole,
-			`data: {"id":"chatcmpl-b","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`+"\n\n", pt.Done)...), nil, "stream_interrupted", "ok"},
+			`data: {"id":"chatcmpl-b","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`+"\n\n", pt.Done)...), nil, "stream_interrupted", "ok", "not_resumable"},
 		{"the upstream's own error event is the original", false, upstreamError,
-			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "The server had an error", "client_error"},
+			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "The server had an error", "client_error", "not_retryable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, body, sent := "/chat/completions", streamBody, strings.Join(delivered, "")
@@ -384,7 +387,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 			}
 			first, resume := ledger[0].(map[string]any), ledger[1].(map[string]any)
 			if first["phase"] != "resumed" || first["class"] != "interrupted" || resume["target"] != "t1" || resume["phase"] == "resumed" ||
-				resume["phase"] == "committed" || resume["action"] != "stop" || resume["class"] != tc.class {
+				resume["phase"] == "committed" || resume["action"] != "stop" || resume["class"] != tc.class || resume["reason"] != tc.reason {
 				t.Fatalf("ledger %v", ledger)
 			}
 			if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="failed"}`) != 1 {
@@ -446,10 +449,17 @@ func TestResumeNever(t *testing.T) {
 		{"with n=2 asked", truncated(append(text, n2)...), `{"model":"gpt-4o-mini","stream":true,"n":2,"messages":[{"role":"user","content":"Say hello"}]}`, nil, ""},
 		{"with logprobs asked", truncated(text...), `{"model":"gpt-4o-mini","stream":true,"logprobs":true,"messages":[{"role":"user","content":"Say hello"}]}`, nil, ""},
 		{"a client's own prefill", truncated(text...), `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":"Once"}]}`, nil, ""},
+		// A key sent twice is read as the providers' parsers read it: the last one.
+		{"a client's own prefill in the last of two messages", truncated(text...),
+			`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}],"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":"Once"}]}`, nil, ""},
+		{"a client's own prefill in the last of two roles", truncated(text...),
+			`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"user","content":"Once","role":"assistant"}]}`, nil, ""},
+		{"n=2 in the last of two", truncated(append(text, n2)...), `{"model":"gpt-4o-mini","stream":true,"n":1,"messages":[{"role":"user","content":"Say hello"}],"n":2}`, nil, ""},
 		{"a finished stream cut before [DONE]", func() pt.Step {
 			return cutAt(chatWords("a", true, "Once upon a time."), pt.FaultResetAfter, `"finish_reason":"stop"}]}`+"\n\n", 0)
 		}(), streamBody, nil, "not_resumable"},
-		{"FAILOVER_RESUME_MAX=0", truncated(text...), streamBody, []string{"FAILOVER_RESUME_MAX=0"}, "resume_limit"},
+		// No stream can be resumed: as with FAILOVER_RESUME=off, nothing is prepared or logged.
+		{"FAILOVER_RESUME_MAX=0", truncated(text...), streamBody, []string{"FAILOVER_RESUME_MAX=0"}, ""},
 		{"FAILOVER_ENABLED=false", truncated(text...), streamBody, []string{"FAILOVER_ENABLED=false"}, "disabled"},
 		{"the retry budget spent", truncated(text...), streamBody, []string{"FAILOVER_RETRY_BUDGET_MIN=0"}, "retry_budget"},
 		{"FAILOVER_MAX_ELAPSED spent", pt.SSE(append(pt.Events(0, text...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...),
@@ -485,6 +495,22 @@ func TestResumeNever(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A body that sends "messages" twice is resumed as the providers read it, from the last one:
+// that is the one the continuation's assistant message is appended to, and the one whose last
+// message says whether the client asked for a prefill of its own.
+func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
+	body := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Once"}],` +
+		`"messages":[{"role":"user","content":"Say hello"}]}`
+	a := upstream(t, cutAt(chatWords("a", true, "Hello wor", "ld"), pt.FaultCloseAfter, `"content":"ld`, 0))
+	b := upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "ld")...)...))
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
+	r := s.Post("/chat/completions", body)
+	if v := readClient(t, false, r.Body); r.Err != nil || v.text != "Hello world" {
+		t.Fatalf("err %v, text %q:\n%s", r.Err, v.text, r.Body)
+	}
+	checkContinuationRequest(t, b, body, "Hello wor", "")
 }
 
 // FAILOVER_RESUME_MAX bounds the resumes of one request: a continuation cut in turn is resumed
@@ -536,6 +562,10 @@ func TestResumeMax(t *testing.T) {
 			if !tc.clean {
 				if c.Calls() != 0 || len(v.errors) != 1 {
 					t.Fatalf("the third target was called %d times; errors %q", c.Calls(), v.errors)
+				}
+				s.WaitLedger(1)
+				if ev := s.Records("stream_not_resumed"); len(ev) != 1 || ev[0]["reason"] != "resume_limit" || ev[0]["target"] != "t1" {
+					t.Errorf("stream_not_resumed events %v, want one with reason resume_limit", ev)
 				}
 				if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="interrupted"}`) != 1 {
 					t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
@@ -636,5 +666,115 @@ func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
 	}
 	if t1 != 2 {
 		t.Fatalf("t1 ejected %d times, want twice: the failed resume was its probe:\n%s", t1, s.Log.String())
+	}
+}
+
+// A client that leaves while a resume attempt runs takes the attempt's health effect with it, as
+// for any attempt (README, The decision order, rule 1): the resume target's 503, which arrives
+// after the client left and before the sidecar looked, neither counts against the target nor
+// is a failed resume.
+func TestResumeAttemptWhoseClientLeftHasNoHealthEffect(t *testing.T) {
+	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
+	cut.Fault = pt.FaultTruncate
+	asked, left := make(chan struct{}, 1), make(chan struct{})
+	a, b := upstream(t, cut), upstream(t)
+	b.Respond(func(*pt.Request) pt.Step {
+		asked <- struct{}{}
+		<-left // the client is gone before the answer is sent
+		return pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
+	})
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", "FAILOVER_EJECT_AFTER=1"))...)
+	c := dial(t, s.Addr)
+	rawPost(t, c, "HTTP/1.1", streamBody)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for buf := make([]byte, 4096); !strings.Contains(string(got), "Once upon a ti"); {
+		n, err := resp.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("%v before the delivered text: %q", err, got)
+		}
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume target was never asked")
+	}
+	c.Close()
+	close(left)
+	checkResumeCancelled(t, s, "cancelled")
+	if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="failed"}`) != 0 {
+		t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
+	}
+}
+
+// checkResumeCancelled checks the request's record: the cut attempt, then the resume attempt on
+// t1 as cancelled, and the outcome given; and that the resume attempt, which t1 did not end,
+// did not count against t1 (with FAILOVER_EJECT_AFTER=1 one failure ejects it).
+func checkResumeCancelled(t *testing.T, s *sidecar.Sidecar, outcome string) {
+	t.Helper()
+	rec := s.WaitLedger(1)[0]
+	ledger := rec["ledger"].([]any)
+	if rec["outcome"] != outcome || len(ledger) != 2 || ledger[1].(map[string]any)["class"] != "cancelled" {
+		t.Fatalf("record %v, want the resume attempt cancelled and the outcome %s", rec, outcome)
+	}
+	for _, ev := range s.Records("target_ejected") {
+		if ev["target"] == "t1" {
+			t.Fatalf("the resume target was ejected for an attempt it did not end: %v", ev)
+		}
+	}
+}
+
+// The shutdown timeout that cuts a resume attempt in progress is what the client is told, as
+// for any stream the shutdown cuts (README, Resume a cut stream): the sidecar's
+// stream_interrupted event saying it is shutting down, not the original interruption's
+// (neither the sidecar's message nor the upstream's own error event); the attempt is
+// cancelled and says nothing of the resume target.
+func TestResumeAttemptCutByTheShutdown(t *testing.T) {
+	delivered := chatWords("a", false, "Once upon a ti")
+	cut := pt.SSE(pt.Events(0, delivered...)...)
+	cut.Fault = pt.FaultTruncate
+	upstreamError := pt.SSE(pt.Events(0, append(delivered, pt.ChatError("The server had an error", "server_error", "server_error"))...)...)
+	for _, tc := range []struct {
+		name     string
+		first    pt.Step
+		original string // what the original interruption's error event says
+	}{
+		{"after a cut connection", cut, "the upstream"},
+		{"after the upstream's error event", upstreamError, "The server had an error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := make(chan struct{}, 1)
+			a, b := upstream(t, tc.first), upstream(t)
+			b.Respond(func(*pt.Request) pt.Step {
+				asked <- struct{}{}
+				return pt.Step{Fault: pt.FaultStall}
+			})
+			s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", "FAILOVER_EJECT_AFTER=1"))...)
+			go func() {
+				select {
+				case <-asked:
+				case <-time.After(10 * time.Second):
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				s.Srv.Shutdown(ctx)
+			}()
+			r := s.Post("/chat/completions", streamBody)
+			sent := strings.Join(delivered, "")
+			if r.Err == nil || !strings.HasPrefix(string(r.Body), sent) {
+				t.Fatalf("err %v, want the delivered events and an aborted body:\n%s", r.Err, r.Body)
+			}
+			after, _ := parseSSE(r.Body[len(sent):])
+			if len(after) != 1 || !strings.Contains(after[0].data, `"code":"stream_interrupted"`) ||
+				!strings.Contains(after[0].data, "the sidecar is shutting down") || strings.Contains(after[0].data, tc.original) {
+				t.Fatalf("after the delivered events, want the shutdown's stream_interrupted, got %q", after)
+			}
+			checkResumeCancelled(t, s, "partial")
+		})
 	}
 }

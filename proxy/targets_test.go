@@ -189,3 +189,20 @@ func TestTargetTableUnderTraffic(t *testing.T) {
 		}
 	}
 }
+
+// A committed stream that its upstream cuts counts against the target (README, Health), and
+// the table says so: its last error is interrupted, as the ledger's class is.
+func TestTargetTableShowsAStreamCutAfterCommit(t *testing.T) {
+	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
+	cut.Fault = pt.FaultTruncate
+	up := upstream(t, cut)
+	s := start(t, targets(up.URL)...)
+	if r := s.Post("/chat/completions", streamBody); r.Status != 200 || r.Err == nil {
+		t.Fatalf("got %d err=%v, want the stream cut after commit", r.Status, r.Err)
+	}
+	s.WaitLedger(1)
+	_, table := targetTable(t, s)
+	if ts := byName(t, table, "t0"); ts.LastError != "interrupted" || ts.LastErrorAt.IsZero() || ts.ConsecutiveFailures != 1 {
+		t.Fatalf("after a stream cut after commit: %+v", ts)
+	}
+}
