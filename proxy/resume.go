@@ -85,6 +85,9 @@ func (l *loader) validateResume(c *Config) {
 // describe renders the section for -check.
 func (c *ResumeConfig) describe(targets []TargetConfig) string {
 	line := fmt.Sprintf("FAILOVER_RESUME=%s  FAILOVER_RESUME_MAX=%d", c.Mode, c.Max)
+	if c.Mode == "on" && c.Max == 0 {
+		return line + "  (FAILOVER_RESUME_MAX=0: no stream is resumed, as with FAILOVER_RESUME=off)"
+	}
 	if !c.On() {
 		return line
 	}

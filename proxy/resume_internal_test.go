@@ -51,6 +51,13 @@ func TestLoadResume(t *testing.T) {
 	if d := c.Describe(); !strings.Contains(d, "no target is marked resumable: set FAILOVER_TARGET_<i>_RESUME") {
 		t.Errorf("-check does not say that nothing can be resumed:\n%s", d)
 	}
+	c, err = Load(append(base, "FAILOVER_RESUME=on", "FAILOVER_RESUME_MAX=0", "FAILOVER_TARGET_1_RESUME=prefill"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(); c.Resume.On() || !strings.Contains(d, "FAILOVER_RESUME_MAX=0: no stream is resumed") {
+		t.Errorf("-check does not say that FAILOVER_RESUME_MAX=0 resumes nothing:\n%s", d)
+	}
 
 	_, err = Load(append(base, "FAILOVER_RESUME=yes", "FAILOVER_RESUME_MAX=-1", "FAILOVER_TARGET_1_RESUME=assistant", "FAILOVER_RESUME_MAXIMUM=2"), true)
 	if err == nil {
