@@ -24,6 +24,8 @@ const (
 	procsLowerAt   = 16 // at or below this, for procsLowerFor samples: back to half
 	procsLowerFor  = 50 // 5 s: a burst's lull does not flap the setting
 	procsMinToHalf = 2  // fewer processors than this: nothing to halve
+
+	procsRefreshEvery = 30 * time.Second // how often the runtime's default is read again (a CPU limit changed in place)
 )
 
 // procsControl decides the processor count from the requests in flight, with hysteresis. Pure:
@@ -42,6 +44,22 @@ func newProcsControl(all int) (c procsControl, ok bool) {
 	}
 	low := max(1, all/2)
 	return procsControl{low: low, high: all, cur: low}, true
+}
+
+// resize follows a new runtime default of all processors: half and all are taken from it, and
+// the control stays on the side it was on (all while many requests are in flight). A default
+// of one leaves nothing to halve: both are one until it grows again.
+func (c *procsControl) resize(all int) {
+	all = max(1, all)
+	high := c.cur == c.high && c.high != c.low
+	c.low, c.high, c.run = max(1, all/2), all, 0
+	if all < procsMinToHalf {
+		c.low = all
+	}
+	c.cur = c.low
+	if high {
+		c.cur = c.high
+	}
 }
 
 // next takes one sample of the requests in flight and returns the processor count to run on.
@@ -65,6 +83,10 @@ func (c *procsControl) next(inflight int64) int {
 // requests are in flight, all of it while many are. The caller (main) calls it only when
 // GOMAXPROCS is not set in the environment. It reports the count it started at, 0 when there
 // is nothing to control.
+//
+// Setting GOMAXPROCS turns off the runtime's own following of the container's CPU limit, so
+// every procsRefreshEvery the control asks the runtime for its default again (refreshProcs):
+// a limit changed while the pod runs (an in-place resize) is followed within that time.
 func (s *Server) AdaptProcs() int {
 	c, ok := newProcsControl(runtime.GOMAXPROCS(0))
 	if !ok {
@@ -75,17 +97,42 @@ func (s *Server) AdaptProcs() int {
 	go func() {
 		tick := time.NewTicker(procsEvery)
 		defer tick.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-s.quit:
 				return
 			case <-tick.C:
 			}
-			if n := c.next(s.metrics.inflight.Load()); int64(n) != s.metrics.procs.Load() {
-				runtime.GOMAXPROCS(n)
-				s.metrics.procs.Store(int64(n))
+			if n%(int(procsRefreshEvery/procsEvery)) == 0 {
+				s.refreshProcs(&c, runtimeDefaultProcs)
 			}
+			s.applyProcs(c.next(s.metrics.inflight.Load()))
 		}
 	}()
 	return c.cur
+}
+
+// applyProcs runs the sidecar on n processors, if it does not already.
+func (s *Server) applyProcs(n int) {
+	if int64(n) != s.metrics.procs.Load() || runtime.GOMAXPROCS(0) != n {
+		runtime.GOMAXPROCS(n)
+		s.metrics.procs.Store(int64(n))
+	}
+}
+
+// refreshProcs reads the runtime's default with defaultProcs and, when it moved, resizes the
+// control to it, then runs the sidecar on the control's count again (reading the default may
+// have set it).
+func (s *Server) refreshProcs(c *procsControl, defaultProcs func() int) {
+	if all := defaultProcs(); all != c.high {
+		c.resize(all)
+	}
+	s.applyProcs(c.cur)
+}
+
+// runtimeDefaultProcs returns the runtime's default processor count as of now (the CPUs, or the
+// container's CPU limit rounded up, at least 2), which setting it also makes the current one.
+func runtimeDefaultProcs() int {
+	runtime.SetDefaultGOMAXPROCS()
+	return runtime.GOMAXPROCS(0)
 }

@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 // procsControl: half the processors while few requests are in flight, all of them after two
 // samples at or above procsRaiseAt, and half again only after procsLowerFor samples at or below
@@ -35,4 +38,60 @@ func TestProcsControl(t *testing.T) {
 		step(0, 4)
 	}
 	step(0, 2)
+}
+
+// A new runtime default (a CPU limit changed while the pod runs) resizes the control, which
+// stays on the side it was on.
+func TestProcsControlResize(t *testing.T) {
+	c, _ := newProcsControl(2)
+	c.resize(8)
+	if c.low != 4 || c.high != 8 || c.cur != 4 {
+		t.Fatalf("idle, resized to 8: %+v, want to run on 4 of 8", c)
+	}
+	for range procsRaiseFor {
+		c.next(procsRaiseAt)
+	}
+	c.resize(6)
+	if c.cur != 6 || c.low != 3 {
+		t.Fatalf("under load, resized to 6: %+v, want to run on all 6", c)
+	}
+	c.resize(1)
+	if c.cur != 1 || c.low != 1 || c.high != 1 || c.next(procsRaiseAt) != 1 || c.next(0) != 1 {
+		t.Fatalf("resized to 1: %+v, want 1 whatever the load", c)
+	}
+	c.resize(4)
+	if c.cur != 2 {
+		t.Fatalf("grown back to 4 from 1: %+v, want to run on half", c)
+	}
+}
+
+// refreshProcs reads the runtime's default again and runs the sidecar on the control's new
+// count, the gauge with it; a default that did not move changes nothing but re-applies the
+// count (reading the default sets it).
+func TestRefreshProcs(t *testing.T) {
+	orig := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newProcsControl(2)
+	s.applyProcs(c.cur)
+	def := 6
+	readDefault := func() int {
+		runtime.GOMAXPROCS(def) // as the runtime's SetDefaultGOMAXPROCS does
+		return def
+	}
+	s.refreshProcs(&c, readDefault)
+	if got, gauge := runtime.GOMAXPROCS(0), s.metrics.procs.Load(); got != 3 || gauge != 3 {
+		t.Fatalf("default 2 -> 6 while idle: running on %d (gauge %d), want 3", got, gauge)
+	}
+	s.refreshProcs(&c, readDefault)
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("default unchanged: running on %d, want 3 again after the read set 6", got)
+	}
 }
