@@ -50,7 +50,7 @@ func NewRateLimit(c *Config) *RateLimit {
 	return &RateLimit{aware: c.RateLimitAware, floor: c.RateLimitFloor}
 }
 
-// Observe records the figures of an answer that arrived at now (ReadRateLimit) and decides from them whether the
+// Observe records the figures of an answer that arrived at now (RateLimitScan) and decides from them whether the
 // target is limited, and until when: the latest reset among the quotas the answer shows spent, now +
 // rateLimitGuess for one without a reset, at most now + rateLimitMaxWait. A spent quota whose reset has already
 // passed limits nothing. An answer whose figures show no quota spent ends a running limit.

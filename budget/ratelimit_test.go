@@ -202,7 +202,7 @@ func TestRateLimitFromHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
 			r := NewRateLimit(&Config{RateLimitAware: true})
-			until, _ := r.Observe(t0, ReadRateLimit(headerFixture(t, tt.fixture), t0))
+			until, _ := r.Observe(t0, readRateLimit(headerFixture(t, tt.fixture), t0))
 			if got := max(until.Sub(t0), 0); got != tt.want {
 				t.Errorf("skipped for %v, want %v", got, tt.want)
 			}
@@ -253,7 +253,7 @@ func TestRateLimitAllocs(t *testing.T) {
 			h := headerFixture(t, fixture)
 			r := NewRateLimit(&Config{RateLimitAware: true, RateLimitFloor: 0.05})
 			f := func() {
-				r.Observe(t0, ReadRateLimit(h, t0))
+				r.Observe(t0, readRateLimit(h, t0))
 				r.Usable(t0)
 			}
 			if got := testing.AllocsPerRun(1000, f); got != 0 {

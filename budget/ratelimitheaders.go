@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"bytes"
 	"math"
 	"time"
 )
@@ -94,8 +95,7 @@ var rateLimitHeaders = [...]rateLimitHeader{
 	{"Anthropic", QuotaOutputTokens, "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-limit", "anthropic-ratelimit-output-tokens-reset", resetRFC3339},
 }
 
-// rateLimitKeys holds rateLimitHeaders' names as the []byte keys HeaderPeeker takes, made once: converting a
-// string on each call would allocate, since the key escapes through the interface.
+// rateLimitKeys holds rateLimitHeaders' names as []byte, made once, for RateLimitScan.Header.
 var rateLimitKeys = func() (keys [len(rateLimitHeaders)][3][]byte) {
 	for i, h := range rateLimitHeaders {
 		keys[i] = [3][]byte{[]byte(h.remaining), []byte(h.limit), []byte(h.reset)}
@@ -103,28 +103,59 @@ var rateLimitKeys = func() (keys [len(rateLimitHeaders)][3][]byte) {
 	return keys
 }()
 
-// HeaderPeeker gives a response header's value by name, ignoring case; nil or empty when absent. fasthttp's
-// *ResponseHeader is one. ReadRateLimit does not keep the values it is given.
-type HeaderPeeker interface {
-	PeekBytes(key []byte) []byte
+// rateLimitByLen lists, for each name length, the names of that length (as rateLimitKeys' row and
+// column): a header line is compared with the one to three names of its own length only.
+var rateLimitByLen = func() (by [64][][2]uint8) {
+	for i := range rateLimitKeys {
+		for j, k := range rateLimitKeys[i] {
+			by[len(k)] = append(by[len(k)], [2]uint8{uint8(i), uint8(j)})
+		}
+	}
+	return by
+}()
+
+// RateLimitScan gathers the rate-limit headers of one answer (rateLimitHeaders) while the caller
+// walks the answer's header lines once, handing each to Header; Figures then reads them. One
+// walk costs less than a lookup per name (a provider's answer carries twenty-odd headers, and
+// each lookup walks them all), and an answer without such headers costs a byte compare per
+// line. The zero value is ready; a RateLimitScan holds views of the header values it was given,
+// so Figures must be called before they change. It allocates nothing.
+type RateLimitScan struct {
+	raw [len(rateLimitHeaders)][3][]byte // the first value of each name, nil when absent
 }
 
-// ReadRateLimit reads the quota figures an answer reports in its headers (rateLimitHeaders), resets taken
-// relative to now, the answer's arrival. Absent, empty, negative, malformed and overflowing values read as
-// absent, each on its own: nothing here is an error. It does not allocate (with fasthttp's *ResponseHeader, whose
-// PeekBytes reuses a buffer), and asks h for at most 6 headers, plus 2 per quota reported.
-func ReadRateLimit(h HeaderPeeker, now time.Time) (f RateFigures) {
+// Header takes one header line. Names are compared ignoring case; a name sent twice is read
+// from its first line.
+func (s *RateLimitScan) Header(key, value []byte) {
+	if len(key) >= len(rateLimitByLen) {
+		return
+	}
+	for _, n := range rateLimitByLen[len(key)] {
+		if bytes.EqualFold(rateLimitKeys[n[0]][n[1]], key) {
+			if raw := &s.raw[n[0]][n[1]]; *raw == nil {
+				*raw = value[:len(value):len(value)]
+			}
+			return
+		}
+	}
+}
+
+// Figures reads the quota figures from the headers taken (rateLimitHeaders), resets taken
+// relative to now, the answer's arrival. Absent, empty, negative, malformed and overflowing
+// values read as absent, each on its own: nothing here is an error. Per quota, the first row
+// whose remaining figure is valid wins; a row's limit and reset count only with it.
+func (s *RateLimitScan) Figures(now time.Time) (f RateFigures) {
 	for i := range rateLimitHeaders {
-		row, keys := &rateLimitHeaders[i], &rateLimitKeys[i]
+		row, raw := &rateLimitHeaders[i], &s.raw[i]
 		q := &f[row.quota]
 		if q.HasRemaining {
 			continue
 		}
-		if q.Remaining, q.HasRemaining = parseCount(h.PeekBytes(keys[0])); !q.HasRemaining {
+		if q.Remaining, q.HasRemaining = parseCount(raw[0]); !q.HasRemaining {
 			continue
 		}
-		q.Limit, q.HasLimit = parseCount(h.PeekBytes(keys[1]))
-		q.Reset = parseReset(h.PeekBytes(keys[2]), row.form, now)
+		q.Limit, q.HasLimit = parseCount(raw[1])
+		q.Reset = parseReset(raw[2], row.form, now)
 	}
 	return f
 }

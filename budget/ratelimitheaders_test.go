@@ -14,8 +14,14 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// fasthttp's response header is what the proxy passes.
-var _ HeaderPeeker = (*fasthttp.ResponseHeader)(nil)
+// readRateLimit reads h's figures as the proxy does (observeRateLimit): one walk of its header lines.
+func readRateLimit(h *fasthttp.ResponseHeader, now time.Time) RateFigures {
+	var s RateLimitScan
+	for k, v := range h.All() {
+		s.Header(k, v)
+	}
+	return s.Figures(now)
+}
 
 // responseHeader reads a raw response head (LF or CRLF line ends) the way the proxy does.
 func responseHeader(tb testing.TB, raw string) *fasthttp.ResponseHeader {
@@ -87,7 +93,7 @@ func TestReadRateLimitProviders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
-			f := ReadRateLimit(headerFixture(t, tt.fixture), t0)
+			f := readRateLimit(headerFixture(t, tt.fixture), t0)
 			if got := describe(f, t0); got != tt.want {
 				t.Errorf("ReadRateLimit = %q\nwant           %q", got, tt.want)
 			}
@@ -139,7 +145,7 @@ func TestReadRateLimitHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := responseHeader(t, "HTTP/1.1 200 OK\nContent-Length: 0\n"+tt.headers+"\n")
-			if got := describe(ReadRateLimit(h, t0), t0); got != tt.want {
+			if got := describe(readRateLimit(h, t0), t0); got != tt.want {
 				t.Errorf("ReadRateLimit = %q\nwant           %q", got, tt.want)
 			}
 		})
@@ -295,7 +301,7 @@ func TestReadRateLimitAllocs(t *testing.T) {
 	for _, fixture := range []string{"openai-chat", "azure-chat", "anthropic-output-spent", "azure-responses-unknown", "none"} {
 		t.Run(fixture, func(t *testing.T) {
 			h := headerFixture(t, fixture)
-			if got := testing.AllocsPerRun(1000, func() { ReadRateLimit(h, t0) }); got != 0 {
+			if got := testing.AllocsPerRun(1000, func() { readRateLimit(h, t0) }); got != 0 {
 				t.Errorf("ReadRateLimit allocates %v times per answer, want 0", got)
 			}
 		})
@@ -359,7 +365,7 @@ func BenchmarkReadRateLimit(b *testing.B) {
 			h := headerFixture(b, fixture)
 			b.ReportAllocs()
 			for b.Loop() {
-				ReadRateLimit(h, t0)
+				readRateLimit(h, t0)
 			}
 		})
 	}

@@ -18,7 +18,11 @@ import (
 // nothing, except for the log event of a limit that begins.
 func (ex *exchange) observeRateLimit(a *attempt) {
 	now := ex.srv.clock.Now()
-	f := budget.ReadRateLimit(&ex.upResp.Header, now)
+	var scan budget.RateLimitScan
+	for k, v := range ex.upResp.Header.All() {
+		scan.Header(k, v)
+	}
+	f := scan.Figures(now)
 	if until, began := a.t.health.RateLimit().Observe(now, f); began {
 		ex.event(slog.LevelInfo, "target_ratelimited", a, slog.Float64("seconds", until.Sub(now).Seconds()))
 	}
