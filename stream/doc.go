@@ -9,6 +9,8 @@
 // commit it watches the piped bytes, without holding them, for the family's
 // terminal event (for chat and other, also for the finish_reason or ".done"
 // event that completes a stream) so the proxy can tell a proper end from a cut.
+// Chat events that arrive together and could change nothing it knows are passed
+// over in one read of their bytes (quiet.go), with the result of reading each.
 // A Transcript records what a committed chat or messages stream delivered (its
 // text, and whether it showed anything else), so that a cut stream can be
 // continued on another target, and turns a continuation's events into events of
