@@ -94,7 +94,7 @@ func (s *Server) AdaptProcs() int {
 	}
 	runtime.GOMAXPROCS(c.cur)
 	s.metrics.procs.Store(int64(c.cur))
-	go func() {
+	go func(c procsControl) { // its own copy: the c.cur returned below is read meanwhile
 		tick := time.NewTicker(procsEvery)
 		defer tick.Stop()
 		for n := 1; ; n++ {
@@ -108,7 +108,7 @@ func (s *Server) AdaptProcs() int {
 			}
 			s.applyProcs(c.next(s.metrics.inflight.Load()))
 		}
-	}()
+	}(c)
 	return c.cur
 }
 

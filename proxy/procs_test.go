@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // procsControl: half the processors while few requests are in flight, all of them after two
@@ -94,4 +96,35 @@ func TestRefreshProcs(t *testing.T) {
 	if got := runtime.GOMAXPROCS(0); got != 3 {
 		t.Fatalf("default unchanged: running on %d, want 3 again after the read set 6", got)
 	}
+}
+
+// AdaptProcs reports the count it started at while the control it hands to its goroutine
+// already runs: the report must not read the control the goroutine moves (under -race, a
+// data race once the load raises the count).
+func TestAdaptProcsUnderLoad(t *testing.T) {
+	orig := runtime.GOMAXPROCS(4)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.metrics.inflight.Store(procsRaiseAt) // as many requests in flight as raise the count
+	if got := s.AdaptProcs(); got != 2 {
+		t.Fatalf("AdaptProcs started at %d, want half of 4", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.metrics.procs.Load() != 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("under load the sidecar runs on %d processors, want 4", s.metrics.procs.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.metrics.inflight.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.Shutdown(ctx)
 }

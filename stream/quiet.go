@@ -67,8 +67,8 @@ func (g *Gate) skipQuiet(p []byte) int {
 
 // quietMembers returns the prefix of b before the first member named key (searched by its
 // end) that chunkChangesNothing would not pass: a finish_reason that is not null or "", an
-// index that is not a number of a choice seen, or a key not followed by a colon and a value
-// within b.
+// index that is not a number of a choice seen (or one a line end follows), or a key not
+// followed by a colon and a value within b.
 func (g *Gate) quietMembers(b, key, end []byte) []byte {
 	for off := 0; ; {
 		i := bytes.Index(b[off:], end)
@@ -105,7 +105,9 @@ func (g *Gate) quietMembers(b, key, end []byte) []byte {
 		for ; k < len(v) && v[k] >= '0' && v[k] <= '9'; k++ {
 			n = min(n*10+int(v[k]-'0'), 63)
 		}
-		if k == 0 || k >= len(v) || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
+		// A line end after the number may end the event's data, where the number is one the
+		// capture may have cut (chunkChangesNothing leaves it to the walk): trouble too.
+		if k == 0 || k >= len(v) || v[k] == '\n' || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
 			return b[:start]
 		}
 	}

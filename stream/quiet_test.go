@@ -134,6 +134,18 @@ func TestQuietShortcutOnAWholeStream(t *testing.T) {
 	checkQuietAgrees(t, [][]byte{rest})
 }
 
+// An index whose number ends its event's data is a value the capture may have cut, to
+// chunkChangesNothing, so noteEnd walks the event, and the walk sets typedDone from it: the
+// shortcut must leave that event to the per-event rules, though its raw bytes show a line end
+// after the number, as they do after a number that a next data line follows.
+func TestQuietShortcutIndexEndingTheData(t *testing.T) {
+	opening := `data: {"type":"x.done","choices":[{"index":0,"delta":{"content":"Hi"}}]}` + "\n\n"
+	quiet := quietChunk(`{"content":"a"}`, "null")
+	if skipped := checkQuietAgreesAfter(t, opening, [][]byte{[]byte(quiet + "data: {\"choices\":[{\"index\":0\n\n" + quiet)}); skipped == 0 {
+		t.Fatal("the shortcut passed over nothing: the case does not test it")
+	}
+}
+
 // FuzzQuietShortcut: on any reads after a committed chat opening, the shortcut leaves the
 // tail exactly where reading every event on its own does.
 func FuzzQuietShortcut(f *testing.F) {
@@ -143,6 +155,8 @@ func FuzzQuietShortcut(f *testing.F) {
 	f.Add([]byte(quiet+"event: error\ndata: {}\n\n"), []byte{0})
 	f.Add([]byte(quiet+"data: {\"choices\":[{\"index\":0,\"finish_reason\":\ndata: \"stop\"}]}\n\n"), []byte{100, 100})
 	f.Add([]byte(": x\n\n\n"+quiet+"\r\n"+quiet), []byte{30})
+	typed := `data: {"type":"x.done","choices":[{"index":1}]}` + "\n\n" // walked: typedDone
+	f.Add([]byte(typed+"data: {\"choices\":[{\"index\":0\n\n"+quiet), []byte{byte(len(typed) - 1), 255})
 	f.Fuzz(func(t *testing.T, in, cuts []byte) {
 		checkQuietAgrees(t, [][]byte{in})
 		checkQuietAgrees(t, splitByLarge(in, cuts))
