@@ -219,25 +219,37 @@ func chunkData(chunks []pt.Chunk) []string {
 	return out
 }
 
-// A body that ends cleanly inside an event (its blank line never came) is a stream cut short,
-// as before: `data: [DONE]` or a finish chunk without its blank line does not complete a
-// stream (README, Streams: an event counts once its blank line arrived). The cut event's
-// start no longer reaches the client: it reads the whole events, then the error event, where
-// it used to read the start of the event closed by the error event's blank line.
+// A body that ends properly inside an event whose data is whole (its blank line, or its last
+// line end and the blank line, never came: some servers and proxies end a stream so) ends the
+// stream as if they had come: the event reaches the client whole, with its blank line, and
+// counts for the stream's end (README, Streams). An event cut short (its JSON incomplete) is an
+// interruption, as before: its start never reaches the client, which reads the whole events
+// and then the error event.
 func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 	chat := []string{pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatFinish}
 	messages := chunkData(pt.AnthropicStream(0, "Hello"))
+	messagesBody := `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`
+	finishNoBlank := strings.TrimSuffix(pt.ChatFinish, "\n")
+	stopNoBlank := strings.TrimSuffix(messages[len(messages)-1], "\n")
 	tests := []struct {
 		name, path, body string
 		whole            []string // the whole events
 		last             string   // the event the body ends inside
+		ended            string   // what the client gets of it: "" when the stream is interrupted
 	}{
-		{"chat: [DONE] without its line end", "/chat/completions", streamBody, chat, "data: [DONE]"},
-		{"chat: [DONE] without its blank line", "/chat/completions", streamBody, chat, "data: [DONE]\n"},
-		{"chat: [DONE] without its blank line, CRLF", "/chat/completions", streamBody, chat, "data: [DONE]\r\n"},
-		{"chat: the finish chunk without its blank line", "/chat/completions", streamBody, chat[:2], strings.TrimSuffix(pt.ChatFinish, "\n")},
-		{"messages: message_stop without its blank line", "/messages", `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`,
-			messages[:len(messages)-1], strings.TrimSuffix(messages[len(messages)-1], "\n")},
+		{"chat: [DONE] without its line end", "/chat/completions", streamBody, chat, "data: [DONE]", "data: [DONE]\n\n"},
+		{"chat: [DONE] without its blank line", "/chat/completions", streamBody, chat, "data: [DONE]\n", "data: [DONE]\n\n"},
+		{"chat: [DONE] without its blank line, CRLF", "/chat/completions", streamBody, chat, "data: [DONE]\r\n", "data: [DONE]\r\n\n"},
+		{"chat: [DONE] ended by a CR", "/chat/completions", streamBody, chat, "data: [DONE]\r", "data: [DONE]\r\r"},
+		{"chat: the finish chunk without its blank line", "/chat/completions", streamBody, chat[:2], finishNoBlank, finishNoBlank + "\n"},
+		{"chat: the finish chunk without its line end", "/chat/completions", streamBody, chat[:2], strings.TrimSuffix(finishNoBlank, "\n"), finishNoBlank + "\n"},
+		{"messages: message_stop without its blank line", "/messages", messagesBody, messages[:len(messages)-1], stopNoBlank, stopNoBlank + "\n"},
+		// Cut short: the data is not whole, so the event does not count and never goes out.
+		{"chat: the finish chunk cut inside its JSON", "/chat/completions", streamBody, chat[:2], finishNoBlank[:len(finishNoBlank)-20], ""},
+		{"chat: [DONE] cut", "/chat/completions", streamBody, chat, "data: [DO", ""},
+		{"chat: a field name cut", "/chat/completions", streamBody, chat, "dat", ""},
+		{"messages: message_stop's event line only", "/messages", messagesBody, messages[:len(messages)-1], "event: message_stop\n", ""},
+		{"messages: message_stop's event name cut", "/messages", messagesBody, messages[:len(messages)-1], "event: message_st", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,9 +258,19 @@ func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 			up := upstream(t, pt.SSE(chunks...))
 			s := start(t, targets(up.URL)...)
 			r := s.Post(tc.path, tc.body)
-			checkInterrupted(t, r, strings.Join(tc.whole, ""))
-			if rec := s.WaitLedger(1)[0]; rec["outcome"] != "partial" {
-				t.Errorf("record %v, want outcome partial", rec)
+			if tc.ended == "" {
+				checkInterrupted(t, r, strings.Join(tc.whole, ""))
+				if rec := s.WaitLedger(1)[0]; rec["outcome"] != "partial" {
+					t.Errorf("record %v, want outcome partial", rec)
+				}
+				return
+			}
+			if want := strings.Join(tc.whole, "") + tc.ended; r.Status != 200 || r.Err != nil || string(r.Body) != want {
+				t.Fatalf("got %d err=%v body %q\nwant a clean end with %q", r.Status, r.Err, r.Body, want)
+			}
+			checkWholeEvents(t, r.Body)
+			if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+				t.Errorf("record %v, want outcome ok", rec)
 			}
 		})
 	}
@@ -315,5 +337,31 @@ func TestStreamCutInsideAnEventTooLargeToHold(t *testing.T) {
 	after, rest := parseSSE(r.Body[len(want):])
 	if !bytes.HasPrefix(r.Body[len(want):], []byte("\n\n")) || len(after) != 1 || !strings.Contains(after[0].data, `"stream_interrupted"`) || rest != "" {
 		t.Fatalf("after the large event's start, want its closing blank line and one stream_interrupted event: %q", r.Body[len(want):])
+	}
+}
+
+// The whole stream in one read, its [DONE] without the blank line: the stream is judged before
+// commit, and then ends as it does when the last event comes on its own.
+func TestStreamInOneReadEndingInsideAnEvent(t *testing.T) {
+	whole := pt.ChatRole + pt.ChatDelta("Hello") + pt.ChatFinish
+	for _, tc := range []struct{ name, last, want string }{
+		{"[DONE] without its blank line", "data: [DONE]\n", whole + "data: [DONE]\n\n"},
+		{"[DONE] cut", "data: [DO", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := upstream(t, pt.SSE(pt.Chunk{Data: whole + tc.last}))
+			s := start(t, targets(up.URL)...)
+			r := s.Post("/chat/completions", streamBody)
+			if tc.want == "" {
+				checkInterrupted(t, r, whole)
+				return
+			}
+			if r.Status != 200 || r.Err != nil || string(r.Body) != tc.want {
+				t.Fatalf("got %d err=%v body %q\nwant a clean end with %q", r.Status, r.Err, r.Body, tc.want)
+			}
+			if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+				t.Errorf("record %v, want outcome ok", rec)
+			}
+		})
 	}
 }

@@ -212,7 +212,7 @@ func (p *pipe) pump(w net.Conn) error {
 	ex := p.ex
 	c, body := ex.conn, &ex.body
 	if c == nil {
-		return io.EOF
+		return p.bodyEnded(w, io.EOF)
 	}
 	idle := ex.srv.cfg.Server.IdleTimeout
 	// A non-streaming request's answer (past the response buffer, or an image) is still one
@@ -239,7 +239,7 @@ func (p *pipe) pump(w net.Conn) error {
 		}
 		data, err := body.next()
 		if len(data) == 0 {
-			return c.cause(err)
+			return p.bodyEnded(w, c.cause(err))
 		}
 		whole := len(data)
 		if p.sse {
@@ -253,12 +253,36 @@ func (p *pipe) pump(w net.Conn) error {
 	}
 }
 
+// bodyEnded is pump's return when the upstream body ended with err. When it ended properly
+// (io.EOF) inside an SSE event whose data is whole (Gate.OpenEventEnd: a JSON object, or
+// [DONE]), the writer left out only the event's blank line, as some servers and proxies do:
+// the missing line ends are read and forwarded as if they had come, so that the event reaches
+// the client whole and counts for the stream's end (README, Streams). An event cut short is
+// left as it is: the stream was cut, and its start never goes out.
+func (p *pipe) bodyEnded(w net.Conn, err error) error {
+	if err != io.EOF || !p.sse || p.passing {
+		return err
+	}
+	end := p.ex.gate.OpenEventEnd()
+	if end == nil {
+		return err
+	}
+	if ferr := p.forward(w, nil, end, p.ex.gate.Observe(end)); ferr != nil {
+		return errClientGone
+	}
+	if p.res != nil && p.res.stopped() {
+		return p.res.stopErr() // the event was an error event, held back for the resume
+	}
+	return err
+}
+
 // finishBody ends the stream after the upstream body ended with err: io.EOF once the stream is
 // complete (Gate.Finished: its terminal event or, for chat and other, the finish_reason or
 // ".done" event before the end) ends it cleanly; anything else is an interruption the client
-// must see. A body that ended inside an event did not complete the stream: the event's start,
-// held back, never goes out (while an event's start is held the gate is inside a record, and
-// a gate inside a record is not Finished for any family the sidecar reads as SSE).
+// must see. A body that ended inside an event did not complete the stream, unless that event
+// was whole but for its line ends (bodyEnded ended it): the event's start, held back, never
+// goes out (while an event's start is held the gate is inside a record, and a gate inside a
+// record is not Finished for any family the sidecar reads as SSE).
 func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
 	case err == errClientGone:

@@ -401,3 +401,35 @@ func (f *Framer) skipRecords() {
 	f.clearRecord()
 	f.line = atLineStart
 }
+
+// openEnd returns the bytes that would end the record the stream stopped inside (the line end
+// its last line lacks, and the blank line), when its data so far is whole: at least one data
+// field, not cut by the capture, and the last line, if unfinished, a data or comment line or
+// one of an ignored field (an unfinished event name may be cut). complete judges the data.
+// nil when no record is open or it cannot be ended so.
+func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
+	if !f.inRecord() || !f.hasData || f.dataLen != len(f.data) {
+		return nil
+	}
+	var end []byte
+	switch {
+	case f.line == atLineStart && f.cr:
+		end = endAfterCR // a lone CR or a CRLF's CR ended the last line: a CR is the blank line
+	case f.line == atLineStart:
+		end = endAfterLF
+	case f.line == inComment, f.line == inValue && f.kind != fieldEvent:
+		end = endOpenLine
+	default:
+		return nil
+	}
+	if !complete(f.data) {
+		return nil
+	}
+	return end
+}
+
+var (
+	endAfterCR  = []byte("\r")
+	endAfterLF  = []byte("\n")
+	endOpenLine = []byte("\n\n")
+)

@@ -1,6 +1,10 @@
 package stream
 
-import "github.com/valyala/fastjson"
+import (
+	"bytes"
+
+	"github.com/valyala/fastjson"
+)
 
 // Decision is what the Gate concluded from the bytes fed so far.
 type Decision uint8
@@ -353,4 +357,22 @@ func (g *Gate) isJSONObject(b []byte) bool {
 	ok := err == nil && v.Type() == fastjson.TypeObject
 	parsers.Put(p)
 	return ok
+}
+
+// OpenEventEnd returns, when a committed stream's body ended properly inside an event (its
+// blank line never came), the bytes that end that event, provided its data is whole: a JSON
+// object, or [DONE], read in full (at most tailCaptureLimit bytes). Observed and forwarded
+// like any read, they let the event count as the writer meant it (README, Streams: an event
+// whose blank line the body lacks). nil when the body did not end inside an event, or the
+// event's data is cut short (then the stream was cut, and the event never goes out).
+func (g *Gate) OpenEventEnd() []byte {
+	if !g.decided || g.decision != Commit || g.finished {
+		return nil
+	}
+	return g.fr.openEnd(g.wholeData)
+}
+
+// wholeData reports whether an event's data is whole: [DONE], or a JSON object.
+func (g *Gate) wholeData(data []byte) bool {
+	return bytes.Equal(trimSpace(data), done) || g.isJSONObject(data)
 }

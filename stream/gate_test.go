@@ -1220,3 +1220,54 @@ func TestGateHeldWhole(t *testing.T) {
 		}
 	}
 }
+
+// OpenEventEnd: at a proper end of the body inside an event whose data is whole, the bytes that
+// end it, which make it count when observed; nil for an event cut short, or none open.
+func TestOpenEventEnd(t *testing.T) {
+	opening := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"
+	finish := `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	tests := []struct {
+		name, tail, want string
+		finished         bool // after the end is observed
+	}{
+		{"[DONE] without its blank line", "data: [DONE]\n", "\n", true},
+		{"[DONE] without its line end", "data: [DONE]", "\n\n", true},
+		{"[DONE] after a CR", "data: [DONE]\r", "\r", true},
+		{"the finish chunk without its line end", finish, "\n\n", true},
+		{"a content chunk without its blank line", strings.TrimSuffix(opening, "\n"), "\n", false},
+		{"a comment after the data", finish + "\n: bye", "\n\n", true},
+		{"JSON cut short", finish[:len(finish)-3], "", false},
+		{"[DONE] cut", "data: [DO", "", false},
+		{"no data yet", "event: x\n", "", false},
+		{"an event name cut", "data: [DONE]\nevent: mess", "", false},
+		{"a field name cut", "data: [DONE]\nda", "", false},
+		{"data past the capture", "data: {\"x\":\"" + strings.Repeat("a", tailCaptureLimit) + "\"}\n", "", false},
+		{"between events", "", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var g Gate
+			g.Reset(Chat, 1<<20)
+			if g.Feed([]byte(opening)) != Commit {
+				t.Fatal("the opening did not commit")
+			}
+			g.Observe([]byte(tc.tail))
+			end := g.OpenEventEnd()
+			if string(end) != tc.want {
+				t.Fatalf("OpenEventEnd = %q, want %q", end, tc.want)
+			}
+			if end == nil {
+				return
+			}
+			if whole := g.Observe(end); whole != len(end) || !g.fr.betweenRecords() && !g.fr.cr {
+				t.Fatalf("observing %q: whole %d, the event still open", end, whole)
+			}
+			if g.Finished() != tc.finished {
+				t.Fatalf("Finished = %v after the end, want %v", g.Finished(), tc.finished)
+			}
+			if g.OpenEventEnd() != nil {
+				t.Fatal("an end again after the event ended")
+			}
+		})
+	}
+}
