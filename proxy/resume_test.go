@@ -778,3 +778,21 @@ func TestResumeAttemptCutByTheShutdown(t *testing.T) {
 		})
 	}
 }
+
+// With resume on, a stream whose [DONE] lacks its blank line ends cleanly (README, Streams), its
+// last event read through the transcript like any other: nothing is resumed.
+func TestResumeNotForAStreamEndingWithoutItsBlankLine(t *testing.T) {
+	events := chatWords("a", false, "Once upon a time.")
+	events = append(events, pt.ChatFinish)
+	chunks := append(pt.Events(0, events...), pt.Chunk{Data: "data: [DONE]\n", Delay: 50 * time.Millisecond})
+	a, b := upstream(t, pt.SSE(chunks...)), upstream(t)
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
+	r := s.Post("/chat/completions", streamBody)
+	want := strings.Join(events, "") + "data: [DONE]\n\n"
+	if r.Status != 200 || r.Err != nil || string(r.Body) != want || b.Calls() != 0 {
+		t.Fatalf("got %d err=%v, second target called %d times, body %q\nwant a clean end with %q", r.Status, r.Err, b.Calls(), r.Body, want)
+	}
+	if rec := s.WaitLedger(1)[0]; rec["outcome"] != "ok" {
+		t.Errorf("record %v, want outcome ok", rec)
+	}
+}
