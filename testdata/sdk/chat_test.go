@@ -52,6 +52,17 @@ func TestChatCompletions(t *testing.T) {
 			seen: []string{"chatcmpl-t0"},
 		},
 		{
+			// README, Streams: a body that ends properly inside an event whose data is whole
+			// (here the finish chunk, its blank line missing) ends as if the line end had come.
+			name: "a stream whose last event lacks its blank line",
+			targets: [][]pt.Step{
+				{chatEvents("t0", pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatDelta(" from"), pt.ChatDelta(" t0"), strings.TrimSuffix(pt.ChatFinish, "\n"))},
+				{},
+			},
+			text: "Hello from t0",
+			seen: []string{"chatcmpl-t0"},
+		},
+		{
 			// README, "When a stream is cut after output began": the whole events reach the
 			// app, then the sidecar's final event, which openai-go raises from stream.Err(),
 			// with no status.
