@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,14 @@ func TestMessages(t *testing.T) {
 			targets: [][]pt.Step{{pt.Overloaded()}, {messagesStream("t1")}},
 			text:    "Hello from t1",
 			seen:    []string{"msg_t1"},
+		},
+		{
+			// README, Streams: a body that ends properly inside an event whose data is whole
+			// (here message_stop, its blank line missing) ends as if the line end had come.
+			name:    "a stream whose message_stop lacks its blank line",
+			targets: [][]pt.Step{{messagesEvents("t0", lastWithoutBlankLine(chunkData(pt.AnthropicStream(0, "Hello", " from", " t0")))...)}},
+			text:    "Hello from t0",
+			seen:    []string{"msg_t0"},
 		},
 		{
 			// README, "When a stream is cut after output began": the whole events reach the
@@ -163,4 +172,10 @@ func messagesErrorObject(err error) (obj errorObject, ok bool, shape []string) {
 		shape = append(shape, fmt.Sprintf("Type() is %q, RawJSON() has %q", ae.Type(), doc.Error.Type))
 	}
 	return errorObject{status: ae.StatusCode, typ: doc.Error.Type, code: doc.Error.Code}, true, shape
+}
+
+// lastWithoutBlankLine is events with the last one's blank line left out.
+func lastWithoutBlankLine(events []string) []string {
+	events[len(events)-1] = strings.TrimSuffix(events[len(events)-1], "\n")
+	return events
 }
