@@ -71,16 +71,7 @@ func TestProcsControlResize(t *testing.T) {
 // count, the gauge with it; a default that did not move changes nothing but re-applies the
 // count (reading the default sets it).
 func TestRefreshProcs(t *testing.T) {
-	orig := runtime.GOMAXPROCS(0)
-	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := procsServer(t, runtime.GOMAXPROCS(0))
 	c, _ := newProcsControl(2)
 	s.applyProcs(c.cur)
 	def := 6
@@ -102,16 +93,7 @@ func TestRefreshProcs(t *testing.T) {
 // already runs: the report must not read the control the goroutine moves (under -race, a
 // data race once the load raises the count).
 func TestAdaptProcsUnderLoad(t *testing.T) {
-	orig := runtime.GOMAXPROCS(4)
-	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := procsServer(t, 4)
 	s.metrics.inflight.Store(procsRaiseAt) // as many requests in flight as raise the count
 	if got := s.AdaptProcs(); got != 2 {
 		t.Fatalf("AdaptProcs started at %d, want half of 4", got)
@@ -127,4 +109,21 @@ func TestAdaptProcsUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	s.Shutdown(ctx)
+}
+
+// procsServer is a server for the processor control's tests, the process running on procs
+// processors until the test ends (the control sets the process's count).
+func procsServer(t *testing.T, procs int) *Server {
+	t.Helper()
+	orig := runtime.GOMAXPROCS(procs)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
