@@ -49,8 +49,8 @@ func (g *Gate) skipQuiet(p []byte) int {
 	if i := bytes.Index(b, quietDone); i >= 0 {
 		b = b[:i]
 	}
-	b = g.quietMembers(b, keyFinishReason, endFinishReason)
-	b = g.quietMembers(b, keyIndex, endIndex)
+	b = g.quietMembers(b, keyFinishReason, endFinishReason, true)
+	b = g.quietMembers(b, keyIndex, endIndex, false)
 	n := 0
 	for {
 		i := bytes.Index(b[n:], eventEnd)
@@ -66,10 +66,10 @@ func (g *Gate) skipQuiet(p []byte) int {
 }
 
 // quietMembers returns the prefix of b before the first member named key (searched by its
-// end) that chunkChangesNothing would not pass: a finish_reason that is not null or "", an
-// index that is not a number of a choice seen (or one a line end follows), or a key not
-// followed by a colon and a value within b.
-func (g *Gate) quietMembers(b, key, end []byte) []byte {
+// end; finish tells finish_reason from index) that chunkChangesNothing would not pass: a
+// finish_reason that is not null or "", an index that is not a number of a choice seen (or
+// one a line end follows), or a key not followed by a colon and a value within b.
+func (g *Gate) quietMembers(b, key, end []byte, finish bool) []byte {
 	for off := 0; ; {
 		i := bytes.Index(b[off:], end)
 		if i < 0 {
@@ -95,19 +95,15 @@ func (g *Gate) quietMembers(b, key, end []byte) []byte {
 			return b[:start]
 		}
 		v := b[j:]
-		if key[1] == 'f' { // finish_reason
-			if v[0] != 'n' && (v[0] != '"' || len(v) < 2 || v[1] != '"') {
+		if finish {
+			if !openFinish(v) {
 				return b[:start]
 			}
 			continue
 		}
-		n, k := 0, 0
-		for ; k < len(v) && v[k] >= '0' && v[k] <= '9'; k++ {
-			n = min(n*10+int(v[k]-'0'), 63)
-		}
 		// A line end after the number may end the event's data, where the number is one the
 		// capture may have cut (chunkChangesNothing leaves it to the walk): trouble too.
-		if k == 0 || k >= len(v) || v[k] == '\n' || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
+		if k := g.seenIndex(v); k == 0 || v[k] == '\n' {
 			return b[:start]
 		}
 	}

@@ -103,7 +103,7 @@ func (g *Gate) chunkChangesNothing(data []byte) bool {
 		if !found {
 			break
 		}
-		if v[0] != 'n' && (v[0] != '"' || len(v) < 2 || v[1] != '"') {
+		if !openFinish(v) {
 			return false // a reason, or a value the walk must judge
 		}
 		rest = v
@@ -116,15 +116,32 @@ func (g *Gate) chunkChangesNothing(data []byte) bool {
 		if !found {
 			return true
 		}
-		n, k := 0, 0
-		for ; k < len(v) && v[k] >= '0' && v[k] <= '9'; k++ {
-			n = min(n*10+int(v[k]-'0'), 63)
-		}
-		if k == 0 || k >= len(v) || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
+		k := g.seenIndex(v)
+		if k == 0 {
 			return false
 		}
 		rest = v[k:]
 	}
+}
+
+// openFinish reports whether v, what follows a finish_reason's colon, leaves its choice open
+// as the walk reads it: null, or "".
+func openFinish(v []byte) bool {
+	return v[0] == 'n' || v[0] == '"' && len(v) >= 2 && v[1] == '"'
+}
+
+// seenIndex reads v, what follows an index's colon, as the number of a choice seen already,
+// followed by what may end a member value, and returns the number's length; 0 when v is not
+// that (another number, not a plain number, or cut where b ends).
+func (g *Gate) seenIndex(v []byte) int {
+	n, k := 0, 0
+	for ; k < len(v) && v[k] >= '0' && v[k] <= '9'; k++ {
+		n = min(n*10+int(v[k]-'0'), 63)
+	}
+	if k == 0 || k >= len(v) || !isIndexEnd(v[k]) || g.choicesSeen&(1<<n) == 0 {
+		return 0
+	}
+	return k
 }
 
 // memberValue finds the next place in b where key (quoted, ending in end) is followed by a
