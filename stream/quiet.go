@@ -20,34 +20,54 @@ var (
 	eventEnd   = []byte("\n\n")
 )
 
-// skipQuiet returns how many bytes from the start of p (a read of a committed chat stream, the
-// Framer between records) are whole events that could change nothing the tail knows: none is
-// an error event or `[DONE]`, and noteEnd would skip every one (chunkChangesNothing). The
-// Framer is left between records after them; 0 when there are none, or the shortcut does not
-// apply.
+// skipQuiet returns how many bytes from the start of p (a read of a committed chat or other
+// stream, the Framer between records) are whole events that could change nothing the tail
+// needs to know; the Framer is left between records after them. 0 when there are none, or the
+// shortcut does not apply. It passes over two kinds of run:
+//
+//   - The read ends the stream: its last event is `data: [DONE]` after a blank line, and it
+//     holds no error (no bytes "rror"). Every event before that one is passed over, whatever
+//     it says of its choices: none is an error event, and once the `[DONE]` after them is
+//     read the stream is finished (an earlier `[DONE]` would only have finished it sooner),
+//     and what the tail noted of its choices is read no more (Finished answers from finished
+//     first, and observe frames nothing more). Line ends do not matter here: "\n\n" before
+//     `data:` ends with a blank line whether a CR ended the line before it or not. This is
+//     the last read of most streams, and the only read of a fast upstream's short answer: the
+//     load test's.
+//   - Otherwise, for chat only, the leading events none of which is an error event or
+//     `[DONE]`, and that noteEnd would skip every one of (chunkChangesNothing).
 //
 // Why reading the raw bytes gives the per-event answer: an event's data is its data lines'
 // values joined with "\n", cut to tailCaptureLimit. Every pattern the rules look for has no
 // line end in it, so an event's data holds one only where the raw bytes do; between a key and
 // its colon, or a colon and its value, a join puts a line end and then the next line's field
 // name (or a line the join left out), so a line end there counts as trouble, as does a key
-// that cannot be read to its value. Only streams without CR are read this way (their events
-// end at "\n\n"), and, as a margin, only events no longer than tailCaptureLimit: the rules
-// read each event only up to the capture (a value it cuts is no value to them), and the
-// argument is kept to events they read whole.
+// that cannot be read to its value. In the second kind, only streams without CR are read
+// this way (their events end at "\n\n"), and, as a margin, only events no longer than
+// tailCaptureLimit: the rules read each event only up to the capture (a value it cuts is no
+// value to them), and the argument is kept to events they read whole. (In the first kind the
+// length does not matter: a capture only hides bytes, and the run has none the rules could
+// act on.)
 func (g *Gate) skipQuiet(p []byte) int {
-	if g.family != Chat || g.perEventOnly || g.choicesSeen&1 == 0 || !g.fr.betweenRecords() {
+	if !g.endsOnFinish() || g.perEventOnly || !g.fr.betweenRecords() {
 		return 0
 	}
 	b := p
-	if i := bytes.IndexByte(b, '\r'); i >= 0 {
-		b = b[:i] // CR line ends: events are framed one by one from here
-	}
 	if i := bytes.Index(b, quietError); i >= 0 {
 		b = b[:i]
 	}
+	if len(b) == len(p) && bytes.HasSuffix(p, doneLast) {
+		g.fr.skipRecords()
+		return len(p) - len(doneRecord) // the first kind: all but the [DONE] event
+	}
+	if i := bytes.IndexByte(b, '\r'); i >= 0 {
+		b = b[:i] // CR line ends: events are framed one by one from here
+	}
 	if i := bytes.Index(b, quietDone); i >= 0 {
 		b = b[:i]
+	}
+	if g.family != Chat || g.choicesSeen&1 == 0 {
+		return 0
 	}
 	b = g.quietMembers(b, keyFinishReason, endFinishReason, true)
 	b = g.quietMembers(b, keyIndex, endIndex, false)
@@ -64,6 +84,13 @@ func (g *Gate) skipQuiet(p []byte) int {
 	}
 	return n
 }
+
+// doneLast is how a read that ends a stream with `[DONE]` ends: a blank line, then the
+// `[DONE]` event (doneRecord).
+var (
+	doneRecord = []byte("data: [DONE]\n\n")
+	doneLast   = append([]byte("\n\n"), doneRecord...)
+)
 
 // quietMembers returns the prefix of b before the first member named key (searched by its
 // end; finish tells finish_reason from index) that chunkChangesNothing would not pass: a

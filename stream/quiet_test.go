@@ -6,8 +6,10 @@ import (
 	"testing"
 )
 
-// tailState is what the tail knows after a read: everything skipQuiet must leave as the
-// per-event rules would.
+// tailState is what the tail knows after a read, as far as anything reads it again:
+// everything skipQuiet must leave as the per-event rules would. Once the stream finished, what
+// the tail noted of its choices is read no more (Finished answers from finished first, and
+// observe frames nothing more), so it is left out then.
 type tailState struct {
 	whole                    int
 	finished, failed         bool
@@ -16,6 +18,9 @@ type tailState struct {
 }
 
 func (g *Gate) tailState(whole int) tailState {
+	if g.finished {
+		return tailState{whole: whole, finished: true, failed: g.failed, inRecord: g.fr.inRecord()}
+	}
 	return tailState{whole, g.finished, g.failed, g.choicesSeen, g.choicesDone, g.typedDone, g.fr.inRecord()}
 }
 
@@ -34,9 +39,15 @@ func checkQuietAgrees(t *testing.T, chunks [][]byte) (skipped int) {
 // checkQuietAgreesAfter is checkQuietAgrees after the opening given, which must commit.
 func checkQuietAgreesAfter(t *testing.T, opening string, chunks [][]byte) (skipped int) {
 	t.Helper()
+	return checkQuietAgreesIn(t, Chat, opening, chunks)
+}
+
+// checkQuietAgreesIn is checkQuietAgreesAfter for a stream of family f.
+func checkQuietAgreesIn(t *testing.T, f Family, opening string, chunks [][]byte) (skipped int) {
+	t.Helper()
 	var fast, ref Gate
-	fast.Reset(Chat, 1<<20)
-	ref.Reset(Chat, 1<<20)
+	fast.Reset(f, 1<<20)
+	ref.Reset(f, 1<<20)
 	ref.perEventOnly = true
 	for _, g := range []*Gate{&fast, &ref} {
 		if d := g.Feed([]byte(opening)); d != Commit {
@@ -71,12 +82,24 @@ func quietChunk(delta, finish string) string {
 func TestQuietShortcutAgreesWithPerEvent(t *testing.T) {
 	quiet := quietChunk(`{"content":"a"}`, "null") + quietChunk(`{"content":"b"}`, "null")
 	long := quietChunk(`{"content":"`+strings.Repeat("x", 600)+`"}`, "null")
+	finish := quietChunk(`{}`, `"stop"`)
 	tests := []struct {
 		name      string
 		reads     []string
 		skipsSome bool // the shortcut must pass over at least one event
 	}{
-		{"quiet events, then a finish and [DONE]", []string{quiet + quietChunk(`{}`, `"stop"`) + "data: [DONE]\n\n"}, true},
+		{"quiet events, then a finish and [DONE]", []string{quiet + finish + "data: [DONE]\n\n"}, true},
+		{"a finish in one read, [DONE] in the next", []string{quiet + finish, ": x\n\ndata: [DONE]\n\n"}, true},
+		{"an error event, then [DONE]", []string{quiet + `data: {"error":{"message":"overloaded"}}` + "\n\n" + quiet + "data: [DONE]\n\n"}, true},
+		{"an event named error, then [DONE]", []string{quiet + "event: error\ndata: {}\n\ndata: [DONE]\n\n"}, true},
+		{"CR before [DONE]", []string{quiet + "data: x\r\n\r\n" + quiet + "data: [DONE]\n\n"}, true},
+		{"[DONE] inside content, and at the end", []string{quiet + quietChunk(`{"content":"[DONE]"}`, "null") + quiet + "data: [DONE]\n\n"}, true},
+		{"[DONE] as the second data line of an event", []string{quiet + "data: {}\ndata: [DONE]\n\n"}, true},
+		{"[DONE] with more on its line", []string{quiet + "data: [DONE] x\n\n"}, true},
+		{"[DONE] without its blank line", []string{quiet + "data: [DONE]\n"}, true},
+		{"[DONE] in an event with a name", []string{quiet + "event: x\ndata: [DONE]\n\n"}, true},
+		{"an unfinished choice, then [DONE]", []string{quiet + strings.Replace(quietChunk(`{"content":"c"}`, "null"), `"index":0`, `"index":5`, 1) + "data: [DONE]\n\n"}, true},
+		{"an event longer than the capture, then [DONE]", []string{long + quiet + "data: [DONE]\n\n"}, true},
 		{"a finish without [DONE]", []string{quiet + quietChunk(`{}`, `"length"`)}, true},
 		{"an error event after quiet ones", []string{quiet + `data: {"error":{"message":"overloaded"}}` + "\n\n"}, true},
 		{"an event named error", []string{quiet + "event: error\ndata: {}\n\n"}, true},
@@ -127,11 +150,40 @@ func TestQuietShortcutOnAWholeStream(t *testing.T) {
 	fast.Reset(Chat, 128<<10)
 	fast.Feed(bytes.Join(events[:2], nil))
 	rest := bytes.Join(events[2:], nil)
-	want := len(bytes.Join(events[2:19], nil))
+	want := len(bytes.Join(events[2:20], nil))
 	if got := fast.skipQuietDry(rest); got != want {
-		t.Fatalf("the shortcut passed over %d bytes, want %d (17 content chunks)", got, want)
+		t.Fatalf("the shortcut passed over %d bytes, want %d (17 content chunks and the finish)", got, want)
 	}
 	checkQuietAgrees(t, [][]byte{rest})
+	// Without its [DONE], the finish chunk is left to the per-event rules.
+	want = len(bytes.Join(events[2:19], nil))
+	if got := fast.skipQuietDry(bytes.Join(events[2:20], nil)); got != want {
+		t.Fatalf("without [DONE], the shortcut passed over %d bytes, want %d (17 content chunks)", got, want)
+	}
+}
+
+// A read that ends the stream with [DONE] is passed over up to that event, for chat and for
+// other (legacy completions), however its events read; the per-event rules agree on the end.
+func TestQuietShortcutToDone(t *testing.T) {
+	openings := []struct {
+		f       Family
+		opening string
+		chunk   string
+	}{
+		{Chat, quietOpening, quietChunk(`{"content":"a"}`, "null") + quietChunk(`{}`, `"stop"`)},
+		{Other, `data: {"id":"c","choices":[{"text":"Hi","index":0,"finish_reason":null}]}` + "\n\n",
+			`data: {"id":"c","choices":[{"text":"a","index":0,"finish_reason":null}]}` + "\n\n" +
+				`data: {"id":"c","choices":[{"text":"","index":0,"finish_reason":"length"}]}` + "\n\n"},
+	}
+	for _, o := range openings {
+		t.Run(o.f.String(), func(t *testing.T) {
+			before := ": keep-alive\n\n" + o.chunk
+			read := []byte(before + "data: [DONE]\n\n")
+			if got := checkQuietAgreesIn(t, o.f, o.opening, [][]byte{read}); got != len(before) {
+				t.Fatalf("the shortcut passed over %d bytes, want %d (all but [DONE])", got, len(before))
+			}
+		})
+	}
 }
 
 // An index whose number ends its event's data is a value the capture may have cut, to
@@ -157,9 +209,14 @@ func FuzzQuietShortcut(f *testing.F) {
 	f.Add([]byte(": x\n\n\n"+quiet+"\r\n"+quiet), []byte{30})
 	typed := `data: {"type":"x.done","choices":[{"index":1}]}` + "\n\n" // walked: typedDone
 	f.Add([]byte(typed+"data: {\"choices\":[{\"index\":0\n\n"+quiet), []byte{byte(len(typed) - 1), 255})
+	f.Add([]byte(quiet+quietChunk(`{}`, `"stop"`)+": x\n\ndata: [DONE]\n\n"), []byte{255})
+	f.Add([]byte(quiet+"data: {\"choices\":[{\"index\":7}]}\n\ndata: [DONE]\n\n"), []byte{90})
+	other := `data: {"choices":[{"text":"Hi","index":0,"finish_reason":null}]}` + "\n\n"
 	f.Fuzz(func(t *testing.T, in, cuts []byte) {
 		checkQuietAgrees(t, [][]byte{in})
 		checkQuietAgrees(t, splitByLarge(in, cuts))
+		checkQuietAgreesIn(t, Other, other, [][]byte{in})
+		checkQuietAgreesIn(t, Other, other, splitByLarge(in, cuts))
 	})
 }
 
