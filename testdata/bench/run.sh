@@ -18,7 +18,8 @@
 # body) against the mock directly, nginx and the sidecar, at 10 and 64 connections, chat and
 # SSE, ROUNDS interleaved rounds of DURATION each; it prints medians of requests/s, p50 and
 # p99 latency (wrk --latency), the latency added over the direct connection, the throughput
-# ratio to nginx, and each proxy's CPU time per request (utime+stime from /proc/PID/stat).
+# ratio to nginx, and each proxy's CPU time per request (utime+stime from /proc/PID/stat) with its
+# user-space part (utime) beside it.
 # Then the same three paths at a fixed rate well below saturation (LAT_RATE requests/s over
 # LAT_CONNS connections, testdata/bench/latency), where the latency a proxy adds is its own cost
 # on the request's path rather than queueing behind other requests.
@@ -284,16 +285,17 @@ lua_of() { # file body accept
 lua_of "$tmp/chat.lua" "$CHAT_REQ" ""
 lua_of "$tmp/sse.lua" "$SSE_REQ" "text/event-stream"
 
-# cpu_ticks PID...: utime+stime of the processes and their children (nginx's workers).
+# cpu_ticks PID...: "utime stime" of the processes and their children (nginx's workers).
 cpu_ticks() {
-	local total=0 p c
+	local user=0 sys=0 p c u s
 	for p in "$@"; do
 		for c in $p $(awk -v pp="$p" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
 			[ -r "/proc/$c/stat" ] || continue
-			total=$((total + $(awk '{ print $14 + $15 }' "/proc/$c/stat")))
+			read -r u s < <(awk '{ print $14, $15 }' "/proc/$c/stat")
+			user=$((user + u)) sys=$((sys + s))
 		done
 	done
-	echo "$total"
+	echo "$user $sys"
 }
 rss_kib() { # PID...: resident memory of the processes and their children
 	local total=0 p c
@@ -316,10 +318,10 @@ run_one() { # round workload conns config duration
 	sidecar) pid=$SIDECAR_PID ;;
 	sidecar-b) pid=$SIDECAR_B_PID ;;
 	esac
-	before=0
+	before="0 0"
 	[ -z "$pid" ] || before=$(cpu_ticks "$pid")
 	out=$(wrk -t1 -c"$c" -d"$dur" --latency -s "$tmp/$wl.lua" "$(url_of "$cfg" "$wl")")
-	after=0
+	after="0 0"
 	[ -z "$pid" ] || after=$(cpu_ticks "$pid")
 	[ "$round" -gt 0 ] || return 0
 	local rps p50 p99 reqs errs bad
@@ -331,11 +333,17 @@ run_one() { # round workload conns config duration
 	errs=$(awk '/Socket errors:/ { gsub(",", ""); print $4 + $6 + $8 + $10 }' <<<"$out")
 	[ -z "$bad" ] || die "$cfg $wl c=$c: $bad answers were not 2xx"
 	[ -z "$errs" ] || [ "$errs" -eq 0 ] || log "warning: $cfg $wl c=$c: $errs socket errors"
-	local cpu="-"
-	[ -z "$pid" ] || cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" >>"$results"
-	printf '  round %s  %-4s c=%-3s %-8s %10.0f req/s  p50 %7.0f us  p99 %7.0f us  cpu/req %s us\n' \
-		"$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" >&2
+	# CPU per request, and its user-space part (the kernel's part, TCP on loopback, is much
+	# the same for both proxies: the difference between them is mostly their own code's).
+	local cpu="-" usr="-"
+	if [ -n "$pid" ]; then
+		read -r cpu usr < <(awk -v b="$before" -v a="$after" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN {
+			split(b, x, " "); split(a, y, " "); u = y[1] - x[1]; s = y[2] - x[2]
+			printf "%.2f %.2f\n", (u + s) / hz * 1e6 / n, u / hz * 1e6 / n }')
+	fi
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" "$usr" >>"$results"
+	printf '  round %s  %-4s c=%-3s %-8s %10.0f req/s  p50 %7.0f us  p99 %7.0f us  cpu/req %s us (user %s)\n' \
+		"$round" "$wl" "$c" "$cfg" "$rps" "$p50" "$p99" "$cpu" "$usr" >&2
 }
 
 log "warming up ..."
@@ -387,7 +395,7 @@ SIDECAR_RSS=$(rss_kib "$SIDECAR_PID")
 echo
 echo "machine: $(nproc) cores, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(uname -r)"
 echo "$($NGINX -v 2>&1 | sed 's/^nginx version: //'), $(wrk -v 2>&1 | head -1 | awk '{ print "wrk " $2 }'), $(go version | awk '{ print $3 }')"
-echo "wrk -t1, $ROUNDS interleaved rounds of $DURATION, medians; latency in microseconds; CPU = the proxy process(es) utime+stime per request"
+echo "wrk -t1, $ROUNDS interleaved rounds of $DURATION, medians; latency in microseconds; CPU = the proxy process(es) utime+stime per request, user = its utime part"
 echo
 # median(list): the median of a space-separated list of numbers, for both summaries.
 AWK_MEDIAN='
@@ -400,14 +408,14 @@ function median(list,    n, a, i, j, t) {
 '
 awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" -v configs="$CONFIGS" "$AWK_MEDIAN"'{
 	k = $2 SUBSEP $3 SUBSEP $4
-	rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8
+	rps[k] = rps[k] " " $5; p50[k] = p50[k] " " $6; p99[k] = p99[k] " " $7; cpu[k] = cpu[k] " " $8; usr[k] = usr[k] " " $9
 	r = $1 SUBSEP $2 SUBSEP $3
 	R[r SUBSEP $4 SUBSEP "rps"] = $5; R[r SUBSEP $4 SUBSEP "p50"] = $6; R[r SUBSEP $4 SUBSEP "p99"] = $7; R[r SUBSEP $4 SUBSEP "cpu"] = $8
 	rounds[$1] = 1; wls[$2] = 1; conns[$3] = 1
 }
 END {
-	printf "| workload | conns | config | req/s | p50 | p99 | p99 / nginx | added p50 | added p99 | CPU/req | CPU / nginx | ratio to nginx |\n"
-	printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	printf "| workload | conns | config | req/s | p50 | p99 | p99 / nginx | added p50 | added p99 | CPU/req | user/req | CPU / nginx | ratio to nginx |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 	split("chat sse", W, " "); split("10 64", C, " "); nf = split(configs, F, " ")
 	for (wi = 1; wi <= 2; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= nf; fi++) {
 		w = W[wi]; c = C[ci]; f = F[fi]; k = w SUBSEP c SUBSEP f
@@ -423,9 +431,10 @@ END {
 			if (f != "direct") cpur = cpur " " (R[r SUBSEP f SUBSEP "cpu"] / R[r SUBSEP "nginx" SUBSEP "cpu"])
 		}
 		m50 = median(a50); m99 = median(a99); mr = median(ratio)
-		printf "| %s | %s | %s | %.0f | %.0f µs | %.0f µs | %.2f | %s | %s | %s | %s | %.2f |\n", w, c, f, median(rps[k]), median(p50[k]), median(p99[k]),
+		printf "| %s | %s | %s | %.0f | %.0f µs | %.0f µs | %.2f | %s | %s | %s | %s | %s | %.2f |\n", w, c, f, median(rps[k]), median(p50[k]), median(p99[k]),
 			median(p99r), (f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99)),
-			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), (f == "direct" ? "–" : sprintf("%.2f", median(cpur))), mr
+			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), (f == "direct" ? "–" : sprintf("%.1f µs", median(usr[k]))),
+			(f == "direct" ? "–" : sprintf("%.2f", median(cpur))), mr
 		if (f == "sidecar") { S[w, c, "ratio"] = mr; S[w, c, "a50"] = m50; S[w, c, "a99"] = m99 }
 	}
 	printf "\nresident memory after the load: nginx proxy (master and workers) %.1f MiB, sidecar %.1f MiB\n", nginx_rss / 1024, sidecar_rss / 1024
