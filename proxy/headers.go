@@ -32,10 +32,39 @@ const stringConnection = "Connection"
 
 // hopByHop are the headers that describe one connection, not the message (RFC 9110 section
 // 7.6.1): a proxy must not forward them. Tokens named in Connection are removed too.
-var hopByHop = [][]byte{
+var hopByHop = newNameSet(
 	[]byte("Connection"), []byte("Proxy-Connection"), []byte("Keep-Alive"), []byte("Proxy-Authenticate"),
 	[]byte("Proxy-Authorization"), []byte("Te"), []byte("Trailer"), []byte("Transfer-Encoding"), []byte("Upgrade"),
 	[]byte("Expect"),
+)
+
+// nameSet holds header names by their length, so that a name is compared (sameName) only with
+// the members of its own length: most names a request or an answer carries meet none. Every
+// header of every request and answer is looked up in one or more of them.
+type nameSet [][][]byte
+
+func newNameSet(names ...[]byte) nameSet {
+	var s nameSet
+	for _, n := range names {
+		for len(s) <= len(n) {
+			s = append(s, nil)
+		}
+		s[len(n)] = append(s[len(n)], n)
+	}
+	return s
+}
+
+// has reports whether k is one of the set's names, as sameName compares them.
+func (s nameSet) has(k []byte) bool {
+	if len(k) >= len(s) {
+		return false
+	}
+	for _, n := range s[len(k)] {
+		if sameName(k, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropHopByHop deletes from the response header h the hop-by-hop headers, the ones the
@@ -64,10 +93,8 @@ func dropHopByHop(h *fasthttp.ResponseHeader, connection [][]byte) {
 // isHopByHop reports whether header k describes one connection: a hop-by-hop header, or one
 // a Connection line of the message (connection, every line) names (compared with sameName).
 func isHopByHop(k []byte, connection [][]byte) bool {
-	for _, h := range hopByHop {
-		if sameName(k, h) {
-			return true
-		}
+	if hopByHop.has(k) {
+		return true
 	}
 	for _, line := range connection {
 		for len(line) > 0 {
@@ -99,8 +126,8 @@ func cutList(list []byte, sep byte) (item, rest []byte) {
 // the caller's: the keys, and OpenAI's organisation and project headers, which scope a key
 // (the caller's organisation with the target's key is answered 401, and a 401 to a target's
 // own key ejects the target for every client).
-var clientCredentials = [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key"),
-	[]byte("OpenAI-Organization"), []byte("OpenAI-Project")}
+var clientCredentials = newNameSet([]byte("Authorization"), []byte("X-Api-Key"), []byte("Api-Key"), []byte("X-Goog-Api-Key"),
+	[]byte("OpenAI-Organization"), []byte("OpenAI-Project"))
 
 // buildRequest writes the upstream request's head for attempt a into ex.upHead, and points
 // ex.upBody at its body (README, Headers). The head is built by hand rather than through a
@@ -224,22 +251,15 @@ func (ex *exchange) dropped(t *Target, k, v []byte, connection [][]byte) bool {
 	if hasFailoverPrefix(k) || isHopByHop(k, connection) {
 		return true
 	}
-	for _, h := range setUpstream {
-		if sameName(k, h) {
-			return true
-		}
+	if setUpstream.has(k) {
+		return true
 	}
 	if ex.tokenHeader != nil && (sameName(k, ex.tokenHeader) || carriesToken(v, ex.srv.inboundToken)) {
 		return true
 	}
 	if t.ownKey {
-		if sameName(k, t.authName) {
+		if sameName(k, t.authName) || clientCredentials.has(k) {
 			return true
-		}
-		for _, h := range clientCredentials {
-			if sameName(k, h) {
-				return true
-			}
 		}
 	}
 	for _, kv := range t.headers {
@@ -261,7 +281,7 @@ func carriesToken(v, tok []byte) bool {
 }
 
 // setUpstream are the headers the sidecar writes itself on every upstream request.
-var setUpstream = [][]byte{[]byte("Host"), []byte("Content-Length"), headerAcceptEnc, headerRequestID}
+var setUpstream = newNameSet([]byte("Host"), []byte("Content-Length"), headerAcceptEnc, headerRequestID)
 
 // sameName reports whether two header names are one header: compared in any ASCII case, and
 // with '_' read as '-', as a server that reads headers CGI-style does (hasUnderscore).
