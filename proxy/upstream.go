@@ -486,11 +486,11 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 // does not read) ends at once, with errClientGone or errShutdown, when gone or stop says so.
 // waited is how long such a write waited: the target reading it (its receive window), time
 // the sidecar spends waiting on the target, not working (a write the kernel takes at once is
-// not timed).
-func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop func() bool) (waited time.Duration, err error) {
+// not timed). now is a reading taken after the caller's last operation that may wait.
+func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, stop func() bool) (waited time.Duration, err error) {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
-	if !keepDeadline(c.wset, deadline, min(deadlineSlack, time.Until(deadline)/16)) {
+	if !keepDeadline(c.wset, deadline, min(deadlineSlack, deadline.Sub(now)/16)) {
 		c.conn.SetWriteDeadline(deadline)
 		c.wset = deadline
 	}
