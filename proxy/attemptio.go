@@ -65,6 +65,7 @@ func (ex *exchange) waitData(c *upConn, deadline, start time.Time) error {
 	if start.IsZero() {
 		start = ex.tick()
 	}
+	c.rd.now = start
 	_, err := br.Peek(1)
 	ex.waited += ex.tick().Sub(start)
 	if err != nil && c.rd.why != nil {
@@ -83,8 +84,13 @@ func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
 	}
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
 	c.releaseReader()
+	c.rd.now = start
 	err := c.rd.waitReadable(c.raw)
 	ex.waited += ex.tick().Sub(start)
+	if err == nil {
+		// The read that follows takes what the wait found, at once: the wait's end is its reading.
+		c.rd.now = ex.now
+	}
 	return err
 }
 

@@ -56,7 +56,7 @@ import (
 //   - do: the request written (a.sent: the first-byte deadline, the start of the wait for
 //     the response head);
 //   - waitData, waitIdle: the start of a wait for the upstream (unless the caller just took
-//     one) and its end (ex.waited);
+//     one) and its end (ex.waited); the pollReader's first slice takes the same readings;
 //   - do: the response head parsed (a.ttfb; also the policy time of the rate-limit figures);
 //   - fail: a failed attempt's end, for least-latency's sample;
 //   - run (tryResume for a resume's attempt): the verdict, that is the attempt's end (its
