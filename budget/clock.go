@@ -11,6 +11,8 @@ type Clock interface {
 }
 
 // SystemClock is the real clock. The zero value is ready to use and safe for concurrent use.
+// A caller that already holds a reading of the system clock (time.Now, or one advanced from it
+// by the monotonic clock) may use it in place of calling Now: it is the same clock.
 type SystemClock struct{}
 
 // Now returns time.Now(), monotonic reading included.

@@ -49,7 +49,7 @@ type attempt struct {
 func (ex *exchange) run() {
 	s := ex.srv
 	defer ex.lease.release()
-	now := s.clock.Now()
+	now := ex.policyNow() // begin's reading
 	ex.selectCandidates(now)
 	if len(ex.cands) == 0 {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
@@ -70,7 +70,7 @@ func (ex *exchange) run() {
 			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 			return
 		}
-		ex.budget.Begin(s.clock.Now(), t.Index)
+		ex.budget.Begin(ex.policyNow(), t.Index)
 		a := &ex.cur
 		*a = attempt{t: t, n: n}
 		ex.do(a)
@@ -78,6 +78,7 @@ func (ex *exchange) run() {
 			// The sidecar, not the target, ended this attempt: like a client leaving, it has no
 			// health effect and is no failure to recover from; the loop's first check answers
 			// (and the probe, if this was one, told nothing: the defer gives it back).
+			ex.tick()
 			ex.record(a, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
 			continue
 		}
@@ -97,6 +98,7 @@ func (ex *exchange) run() {
 			o.ClientGone = true
 			v = s.policy.Decide(&o)
 		}
+		ex.tick()            // the attempt's end
 		ex.applyHealth(a, v) // ends this attempt's probe lease, if it held one
 		// A transfer's next candidate is looked up before the budgets are asked: with none
 		// left the sweep ends here, exhausted whatever the budgets say, and no retry-budget
@@ -109,6 +111,7 @@ func (ex *exchange) run() {
 		}
 		if !exhausted && (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) {
 			v, next = ex.limit(a, v, next)
+			ex.tick() // limit may have logged: the ledger's duration is read after it, as it always was
 		}
 		if exhausted {
 			v = classify.NoCandidate(v, false)
@@ -207,7 +210,7 @@ func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) *Target {
 	if len(ex.tooSmall) > 0 {
 		accept = ex.acceptFn
 	}
-	pos, probe, ok := ex.sweep.NextWhere(ex.srv.clock.Now(), ex.healthAt, accept)
+	pos, probe, ok := ex.sweep.NextWhere(ex.policyNow(), ex.healthAt, accept)
 	if !ok {
 		return nil
 	}
@@ -281,7 +284,7 @@ func (ex *exchange) selectCandidates(now time.Time) {
 func (ex *exchange) limit(a *attempt, v classify.Verdict, next *Target) (classify.Verdict, *Target) {
 	s := ex.srv
 	b := &s.cfg.Budget
-	now := s.clock.Now()
+	now := ex.policyNow()
 	if v.Action == classify.ActionRetry && v.Wait == 0 {
 		v.Wait = budget.Backoff(b.BackoffBase, b.BackoffMax, ex.budget.RetriesOnTarget(), nil)
 	}
@@ -342,7 +345,7 @@ func (ex *exchange) reportLimit(a *attempt, reason classify.Reason, now time.Tim
 // the attempt held, if any.
 func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	s, t := ex.srv, a.t
-	now := s.clock.Now()
+	now := ex.policyNow()
 	switch v.Health {
 	case classify.HealthSuccess:
 		if t.health.Success(now) {
@@ -397,10 +400,11 @@ func (ex *exchange) ejected(a *attempt, d time.Duration, why string) {
 		slog.Float64("seconds", d.Seconds()), slog.String("request_id", string(ex.requestID)))
 }
 
-// record writes the attempt into the ledger and the metrics.
+// record writes the attempt into the ledger and the metrics. The attempt ended at the last
+// reading (ex.now), which its caller took.
 func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	s, t := ex.srv, a.t
-	d := time.Since(a.start)
+	d := ex.now.Sub(a.start)
 	phase := a.phase
 	if v.Action == classify.ActionCommit {
 		phase = PhaseCommitted
@@ -409,7 +413,7 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 		action: v.Action, duration: d, wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))})
 	t.metrics.attempt(v.Class, v.Action).Inc()
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {
-		t.noteError(v.Class, s.clock.Now())
+		t.noteError(v.Class, ex.policyNow())
 	}
 	if v.Class == classify.ClassEmptyResponse {
 		t.metrics.empty.Inc()
@@ -464,19 +468,22 @@ func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
 }
 
 // sleep waits d before a retry on the wall clock, asking clientGone every pollInterval; false
-// when the client left (ex.gone) or the sidecar is ending what remains at shutdown.
+// when the client left (ex.gone) or the sidecar is ending what remains at shutdown. It reads
+// the clock at its start and after each nap, and ends at the last reading.
 func (ex *exchange) sleep(d time.Duration) bool {
-	start := time.Now()
-	defer func() { ex.waited += time.Since(start) }()
+	start := ex.tick()
 	deadline := start.Add(d)
 	for {
 		if ex.clientGone() || ex.srv.abort.Load() {
+			ex.waited += ex.now.Sub(start)
 			return false
 		}
-		left := time.Until(deadline)
+		left := deadline.Sub(ex.now)
 		if left <= 0 {
+			ex.waited += ex.now.Sub(start)
 			return true
 		}
 		time.Sleep(min(left, pollInterval))
+		ex.tick()
 	}
 }

@@ -52,15 +52,22 @@ func (ex *exchange) clientGone() bool {
 // without limit. Other read errors are left for the following read to report. The reads that
 // follow (headers, body, chunk framing) stay armed, so none of them can outlive the deadline
 // or the client.
-func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
+//
+// A wait reads the clock at its start and its end (ex.waited; see exchange): start is a
+// reading its caller took just before, after its last operation that may wait, which the
+// wait starts from; the zero time: it reads the clock itself, and only if it has to wait.
+func (ex *exchange) waitData(c *upConn, deadline, start time.Time) error {
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
 	br := c.reader()
 	if br.Buffered() > 0 {
 		return nil
 	}
-	start := time.Now()
+	if start.IsZero() {
+		start = ex.tick()
+	}
+	c.rd.now = start
 	_, err := br.Peek(1)
-	ex.waited += time.Since(start)
+	ex.waited += ex.tick().Sub(start)
 	if err != nil && c.rd.why != nil {
 		return c.rd.why
 	}
@@ -70,16 +77,20 @@ func (ex *exchange) waitData(c *upConn, deadline time.Time) error {
 // waitIdle arms c's reads with deadline and the client and shutdown watchers (clientGone), and
 // waits for the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
 // read buffer while it waits. The reads that follow (a chunk's framing split across packets)
-// stay armed.
-func (ex *exchange) waitIdle(c *upConn, deadline time.Time) error {
+// stay armed. start is the reading the wait starts from, as for waitData, but never zero.
+func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
 	if c.raw == nil || c.buffered() > 0 {
-		return ex.waitData(c, deadline)
+		return ex.waitData(c, deadline, start)
 	}
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
 	c.releaseReader()
-	start := time.Now()
+	c.rd.now = start
 	err := c.rd.waitReadable(c.raw)
-	ex.waited += time.Since(start)
+	ex.waited += ex.tick().Sub(start)
+	if err == nil {
+		// The read that follows takes what the wait found, at once: the wait's end is its reading.
+		c.rd.now = ex.now
+	}
 	return err
 }
 
@@ -100,7 +111,9 @@ func (ex *exchange) closeConn() {
 	}
 	ex.conn = nil
 	if ex.reusable {
-		ex.cur.t.pool.put(c, time.Now())
+		// Idle from the last reading: every caller comes after a point and no wait (see
+		// exchange); one that came late would only make the connection look idle for longer.
+		ex.cur.t.pool.put(c, ex.now)
 		return
 	}
 	c.close()
@@ -111,7 +124,7 @@ func (ex *exchange) closeConn() {
 func (ex *exchange) do(a *attempt) {
 	s, t := ex.srv, a.t
 	cfg := &s.cfg.Server
-	a.start = time.Now()
+	a.start = ex.tick()
 	ex.reusable = false
 	ex.buildRequest(a)
 	writeDeadline := deadlineAfter(a.start, cfg.AttemptTimeout)
@@ -126,9 +139,12 @@ func (ex *exchange) do(a *attempt) {
 			ex.fail(a, err)
 			return
 		}
+		if !c.reused {
+			ex.tick() // after the dial
+		}
 		c.rd.watchFrom(a.start)
 		var wrote time.Duration
-		wrote, err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.goneFn, ex.stopFn)
+		wrote, err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.now, ex.goneFn, ex.stopFn)
 		ex.waited += wrote // a write that had to wait waited for the target to read
 		if err != nil {
 			c.close()
@@ -136,17 +152,18 @@ func (ex *exchange) do(a *attempt) {
 				// A pooled connection the far side had closed refused the request, so no
 				// server read it whole: once more, on a fresh connection. Once a request is
 				// written, a failure is the attempt's (the server may be generating).
+				ex.tick() // after the write, which may have waited
 				continue
 			}
 			ex.fail(a, err)
 			return
 		}
-		a.sent = time.Now()
+		a.sent = ex.tick()
 		headerDeadline := deadlineAfter(a.start, cfg.AttemptTimeout)
 		if ex.streaming {
 			headerDeadline = deadlineAfter(a.sent, cfg.FirstByteTimeout)
 		}
-		if err = ex.waitData(c, headerDeadline); err != nil {
+		if err = ex.waitData(c, headerDeadline, a.sent); err != nil {
 			c.close()
 			ex.fail(a, err)
 			return
@@ -172,7 +189,7 @@ func (ex *exchange) do(a *attempt) {
 	ex.body.reset(c, resp, ex.head)
 	a.phase = PhaseBeforeContent
 	a.status = resp.StatusCode()
-	a.ttfb = time.Since(a.sent)
+	a.ttfb = ex.tick().Sub(a.sent)
 	t.metrics.firstByte.Update(a.ttfb.Seconds())
 	a.retryAfter, a.hasRetryAfter = 0, false
 	if ra, ms := resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs); len(ra) > 0 || len(ms) > 0 {
@@ -234,7 +251,7 @@ func (ex *exchange) fail(a *attempt, err error) {
 		// For least-latency a failure is a slow sample, never a fast one: a refused or reset
 		// connection fails in microseconds, and as its own time it would make a dead target
 		// the favourite. The client leaving or the shutdown say nothing about the target.
-		a.t.observeLatency(max(time.Since(a.start), failedAttemptLatency(ex.srv.cfg.Server.ConnectTimeout)))
+		a.t.observeLatency(max(ex.tick().Sub(a.start), failedAttemptLatency(ex.srv.cfg.Server.ConnectTimeout)))
 	}
 }
 
@@ -265,7 +282,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 			break
 		}
 		if !body.done {
-			if err := ex.waitData(c, deadline); err != nil {
+			if err := ex.waitData(c, deadline, time.Time{}); err != nil {
 				ex.respBody = b
 				ex.fail(a, err)
 				return
@@ -305,7 +322,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 	}
 	for {
 		if !body.done {
-			if err := ex.waitData(c, deadline); err != nil {
+			if err := ex.waitData(c, deadline, time.Time{}); err != nil {
 				ex.fail(a, err)
 				return
 			}

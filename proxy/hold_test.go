@@ -14,7 +14,8 @@ import (
 // an event that came in two reads allocates nothing once the pool has a buffer.
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	w, peer := loopbackPair(t, nil)
-	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}}
+	// start: as begin sets it, the anchor of the pipe's clock readings
+	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
 	ex.gate.Reset(stream.Chat, 0) // commits at headers
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}
@@ -89,7 +90,8 @@ func BenchmarkPipeForward(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			w, peer := loopbackPair(b, nil)
 			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
-			ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}}
+			// start: as begin sets it, the anchor of the pipe's clock readings
+			ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
 			p := &pipe{ex: ex, sse: true, chunked: true}
 			var reads [][]byte
 			for range 20 {

@@ -229,11 +229,12 @@ func (p *pipe) pump(w net.Conn) error {
 			return errShutdown
 		}
 		if !body.done && body.err == nil {
-			deadline := deadlineAfter(time.Now(), idle)
+			now := ex.tick() // the last write to the client may have waited
+			deadline := deadlineAfter(now, idle)
 			if !end.IsZero() && (deadline.IsZero() || end.Before(deadline)) {
 				deadline = end
 			}
-			if err := ex.waitIdle(c, deadline); err != nil {
+			if err := ex.waitIdle(c, deadline, now); err != nil {
 				return err
 			}
 		}
@@ -472,12 +473,13 @@ write:
 	return err
 }
 
-// armWrite gives the client FAILOVER_IDLE_TIMEOUT to take the write that follows. A client
+// armWrite gives the client FAILOVER_IDLE_TIMEOUT to take the write that follows, from a
+// reading of its own: a read from the upstream that may have waited comes before it. A client
 // that stops reading is taken as gone, and its upstream closed, rather than holding the
 // stream, the upstream connection and the provider's generation for ever.
 func (p *pipe) armWrite(w net.Conn) {
 	if idle := p.ex.srv.cfg.Server.IdleTimeout; idle > 0 {
-		w.SetWriteDeadline(time.Now().Add(idle)) // a closed connection fails the write that follows
+		w.SetWriteDeadline(p.ex.tick().Add(idle)) // a closed connection fails the write that follows
 	}
 }
 
@@ -485,6 +487,7 @@ func (p *pipe) armWrite(w net.Conn) {
 // every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
+	ex.tick() // the stream's end, after its last write
 	clientLeft = clientLeft || ex.gone
 	if p.sse && ex.gate.Failed() {
 		// The upstream's own error event reached the client: the stream failed after output
@@ -505,7 +508,8 @@ func (p *pipe) end(clientLeft bool) {
 
 // endAttempt decides how the attempt the stream comes from (p.a) ended, and, the first time,
 // applies it: an interruption counts against the target and is its last error (unless the
-// sidecar cut the stream), and the attempt's ledger entry gets its duration and class.
+// sidecar cut the stream), and the attempt's ledger entry gets its duration and class. The
+// attempt ended at the last reading (ex.now), which its caller took.
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
 	s := ex.srv
@@ -519,14 +523,14 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	}
 	p.attemptEnded = true
 	if v.Health == classify.HealthFailure && !p.cut {
-		now := s.clock.Now()
+		now := ex.policyNow()
 		p.a.t.noteError(v.Class, now) // a failure of the target's, as in its health (README, The target table)
 		if ejected, d := p.a.t.health.Failure(now); ejected {
 			ex.ejected(p.a, d, "stream_interrupted")
 		}
 	}
 	if r := ex.ledger.last(); r != nil {
-		r.duration = time.Since(p.a.start)
+		r.duration = ex.now.Sub(p.a.start)
 		if v.Class != classify.ClassNone {
 			r.class, r.reason = v.Class, v.Reason
 		}

@@ -18,7 +18,7 @@ import (
 // nothing, except for the log event of a limit that begins (and fasthttp's one allocation when
 // it walks the headers of an answer with a Trailer header).
 func (ex *exchange) observeRateLimit(a *attempt) {
-	now := ex.srv.clock.Now()
+	now := ex.policyNow() // the head's reading (do)
 	var scan budget.RateLimitScan
 	for k, v := range ex.upResp.Header.All() {
 		scan.Header(k, v)

@@ -406,8 +406,9 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		return resumeSkipped, false
 	}
 	p.interrupted = true
+	ex.tick() // the interruption, after the stream's last read or write
 	p.endAttempt(false)
-	now := s.clock.Now()
+	now := ex.policyNow()
 	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.closing.Load(),
 		ResumesLeft: r.resumes < s.cfg.Resume.Max, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
 	var next *Target
@@ -436,7 +437,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	ex.reusable = false
 	ex.closeConn()
 	ex.continuationBody(next)
-	ex.budget.Begin(s.clock.Now(), next.Index)
+	ex.budget.Begin(ex.policyNow(), next.Index)
 	a := &ex.cur
 	*a = attempt{t: next, n: ex.ledger.n + 1}
 	ex.do(a)
@@ -456,6 +457,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
 		ok = r.tr.Continues()
 	}
+	ex.tick() // the resume attempt's end
 	if !ok {
 		// Nothing of the resume attempt reaches the client: it ends as the interruption did.
 		if !a.cut && !o.ClientGone && ex.clientGone() {

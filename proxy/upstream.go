@@ -148,6 +148,11 @@ type pollReader struct {
 	why      error       // errDeadline, errClientGone or errShutdown once a read gave up
 	set      time.Time   // the read deadline last set on conn
 	watched  time.Time   // when the watchers were last asked (or the attempt began: watchFrom)
+	// now is a reading of the clock its owner took after its last operation that may wait
+	// (exchange: waitData, waitIdle), for the next read's first slice, which takes it and so
+	// reads no clock of its own; the zero time: that slice reads the clock. Every later slice
+	// of a wait comes after a read that may have waited, and reads the clock.
+	now time.Time
 }
 
 // watchFrom starts an attempt's reads: the watchers are next asked pollInterval after t, or
@@ -156,12 +161,24 @@ func (r *pollReader) watchFrom(t time.Time) { r.watched = t }
 
 // arm sets the deadline and the watchers for the reads that follow.
 func (r *pollReader) arm(deadline time.Time, gone, stop func() bool) {
-	r.deadline, r.gone, r.stop, r.why = deadline, gone, stop, nil
+	r.deadline, r.gone, r.stop, r.why, r.now = deadline, gone, stop, nil, time.Time{}
+}
+
+// start returns the reading the next slice starts from: the owner's (now), taken once, or
+// the clock's.
+func (r *pollReader) start() time.Time {
+	now := r.now
+	if now.IsZero() {
+		return time.Now()
+	}
+	r.now = time.Time{}
+	return now
 }
 
 func (r *pollReader) Read(p []byte) (int, error) {
+	now := r.start()
 	for {
-		if err := r.slice(); err != nil {
+		if err := r.slice(now); err != nil {
 			return 0, err
 		}
 		var n int
@@ -174,7 +191,8 @@ func (r *pollReader) Read(p []byte) (int, error) {
 		if n > 0 || err == nil || !isTimeout(err) {
 			return n, err
 		}
-		if err := r.expired(); err != nil {
+		now = time.Now()
+		if err := r.expired(now); err != nil {
 			return 0, err
 		}
 	}
@@ -184,15 +202,17 @@ func (r *pollReader) Read(p []byte) (int, error) {
 // something to read (or an error to report), without a buffer to read into: the reads that
 // follow find the data.
 func (r *pollReader) waitReadable(raw syscall.RawConn) error {
+	now := r.start()
 	for {
-		if err := r.slice(); err != nil {
+		if err := r.slice(now); err != nil {
 			return err
 		}
 		err := raw.Read(hasInput)
 		if err == nil || !isTimeout(err) {
 			return nil
 		}
-		if err := r.expired(); err != nil {
+		now = time.Now()
+		if err := r.expired(now); err != nil {
 			return err
 		}
 	}
@@ -207,15 +227,17 @@ func hasInput(fd uintptr) bool {
 	return errno != syscall.EAGAIN
 }
 
-// slice sets the read deadline for the next slice of a wait, or reports errDeadline.
-func (r *pollReader) slice() error {
-	now := time.Now()
+// slice sets the read deadline for the next slice of a wait, which starts now, or reports
+// errDeadline. now must come after the last read that may have waited: a reading taken
+// before it would set the slice's deadline early (never past the wait's own deadline) and
+// ask the watchers late.
+func (r *pollReader) slice(now time.Time) error {
 	if !r.deadline.IsZero() && !now.Before(r.deadline) {
 		r.why = errDeadline
 		return errDeadline
 	}
 	if now.Sub(r.watched) >= pollInterval {
-		if err := r.expired(); err != nil {
+		if err := r.expired(now); err != nil {
 			return err
 		}
 	}
@@ -235,9 +257,9 @@ func (r *pollReader) slice() error {
 }
 
 // expired is called when a slice ended without data, and once per pollInterval of reads that
-// found some: the reason to stop waiting, or nil.
-func (r *pollReader) expired() error {
-	r.watched = time.Now()
+// found some, at now: the reason to stop waiting, or nil.
+func (r *pollReader) expired(now time.Time) error {
+	r.watched = now
 	switch {
 	case r.gone != nil && r.gone():
 		r.why = errClientGone
@@ -486,11 +508,11 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 // does not read) ends at once, with errClientGone or errShutdown, when gone or stop says so.
 // waited is how long such a write waited: the target reading it (its receive window), time
 // the sidecar spends waiting on the target, not working (a write the kernel takes at once is
-// not timed).
-func writeRequest(c *upConn, head, body []byte, deadline time.Time, gone, stop func() bool) (waited time.Duration, err error) {
+// not timed). now is a reading taken after the caller's last operation that may wait.
+func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, stop func() bool) (waited time.Duration, err error) {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
-	if !keepDeadline(c.wset, deadline, min(deadlineSlack, time.Until(deadline)/16)) {
+	if !keepDeadline(c.wset, deadline, min(deadlineSlack, deadline.Sub(now)/16)) {
 		c.conn.SetWriteDeadline(deadline)
 		c.wset = deadline
 	}

@@ -56,6 +56,9 @@ type Step struct {
 type Chunk struct {
 	Data  string
 	Delay time.Duration // before this chunk
+	// Raw: Data is written as it is, without the chunk's framing around it: a piece of the
+	// framing itself (a chunk-size line cut short, the last chunk arriving in two parts).
+	Raw bool
 }
 
 // Request is what the upstream received on one call.
@@ -320,7 +323,13 @@ func (u *Upstream) play(c net.Conn, s Step) {
 			c.Close()
 			return
 		}
-		if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(ch.Data), ch.Data); err != nil {
+		var err error
+		if ch.Raw {
+			_, err = io.WriteString(c, ch.Data)
+		} else {
+			_, err = fmt.Fprintf(c, "%x\r\n%s\r\n", len(ch.Data), ch.Data)
+		}
+		if err != nil {
 			u.notePeerClosed()
 			c.Close()
 			return
