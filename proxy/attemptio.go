@@ -94,6 +94,16 @@ func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
 	return err
 }
 
+// headerDeadline is when the wait for attempt a's response head ends, for a request sent at
+// sent: FAILOVER_FIRST_BYTE_TIMEOUT after it for a stream, else the attempt's own deadline.
+func (ex *exchange) headerDeadline(a *attempt, sent time.Time) time.Time {
+	cfg := &ex.srv.cfg.Server
+	if ex.streaming {
+		return deadlineAfter(sent, cfg.FirstByteTimeout)
+	}
+	return deadlineAfter(a.start, cfg.AttemptTimeout)
+}
+
 // deadline returns now+d, or the zero time (no deadline) when d is 0.
 func deadlineAfter(t time.Time, d time.Duration) time.Time {
 	if d <= 0 {
@@ -143,8 +153,18 @@ func (ex *exchange) do(a *attempt) {
 			ex.tick() // after the dial
 		}
 		c.rd.watchFrom(a.start)
+		// The wait for the answer's head may begin within the request's write (writeRequest):
+		// its first slice is armed before the write, from the reading after the last operation
+		// that may wait, so it ends no later than the wait's own (waitData) would.
+		c.rd.arm(ex.headerDeadline(a, ex.now), ex.goneFn, ex.stopFn)
+		if err = c.rd.slice(ex.now); err != nil {
+			c.close()
+			ex.fail(a, err)
+			return
+		}
 		var wrote time.Duration
-		wrote, err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.now, ex.goneFn, ex.stopFn)
+		var sent time.Time
+		wrote, sent, err = writeRequest(c, ex.upHead, ex.upBody, writeDeadline, ex.now, ex.goneFn, ex.stopFn)
 		ex.waited += wrote // a write that had to wait waited for the target to read
 		if err != nil {
 			c.close()
@@ -158,12 +178,13 @@ func (ex *exchange) do(a *attempt) {
 			ex.fail(a, err)
 			return
 		}
-		a.sent = ex.tick()
-		headerDeadline := deadlineAfter(a.start, cfg.AttemptTimeout)
-		if ex.streaming {
-			headerDeadline = deadlineAfter(a.sent, cfg.FirstByteTimeout)
+		if sent.IsZero() {
+			a.sent = ex.tick()
+		} else {
+			a.sent = sent
+			ex.waited += ex.tick().Sub(sent) // the wait for the answer that began in the write
 		}
-		if err = ex.waitData(c, headerDeadline, a.sent); err != nil {
+		if err = ex.waitData(c, ex.headerDeadline(a, a.sent), ex.now); err != nil {
 			c.close()
 			ex.fail(a, err)
 			return

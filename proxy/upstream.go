@@ -509,7 +509,11 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 // waited is how long such a write waited: the target reading it (its receive window), time
 // the sidecar spends waiting on the target, not working (a write the kernel takes at once is
 // not timed). now is a reading taken after the caller's last operation that may wait.
-func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, stop func() bool) (waited time.Duration, err error) {
+//
+// A request the socket takes whole at once (one write, on a plain TCP connection) is
+// followed, in the same call, by the wait for the answer (sendAwait), up to the read deadline
+// the caller set: sent is then when it was written; the zero time when it was not so sent.
+func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, stop func() bool) (waited time.Duration, sent time.Time, err error) {
 	// Each attempt's deadline comes a little later than the last one's: the one set stays while
 	// it is at most a sixteenth of the time left (and a second) early.
 	if !keepDeadline(c.wset, deadline, min(deadlineSlack, deadline.Sub(now)/16)) {
@@ -518,16 +522,16 @@ func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, s
 	}
 	switch {
 	case len(body) == 0:
-		return c.writeWatched(head, gone, stop)
+		return c.sendAwait(head, now, gone, stop)
 	case len(body) <= maxCopiedBody:
 		bp := requestBuffers.Get().(*[]byte)
 		b := append(append((*bp)[:0], head...), body...)
-		waited, err = c.writeWatched(b, gone, stop)
+		waited, sent, err = c.sendAwait(b, now, gone, stop)
 		if cap(b) <= 2*maxCopiedBody {
 			*bp = b[:0]
 			requestBuffers.Put(bp)
 		}
-		return waited, err
+		return waited, sent, err
 	}
 	start := time.Now()
 	c.iov = [2][]byte{head, body}
@@ -538,21 +542,23 @@ func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, s
 	if why := w.end(); why != nil {
 		err = why
 	}
-	return time.Since(start), err
+	return time.Since(start), time.Time{}, err
 }
 
-// writeWatched writes p: at once when the socket takes it whole, as it takes a request up to
-// maxCopiedBody but for a target that has stopped reading; else it waits for the rest, watched
-// by gone and stop, and how long it waited is returned. Under TLS (no raw socket to try) the
-// write is neither watched nor timed.
-func (c *upConn) writeWatched(p []byte, gone, stop func() bool) (waited time.Duration, err error) {
+// sendAwait writes p: at once when the socket takes it whole, as it takes a request up to
+// maxCopiedBody but for a target that has stopped reading, and then waits for the answer in
+// the same call (rawSocket.sendAwait), sent telling when p was written; else it waits for
+// room for the rest, watched by gone and stop, and how long it waited is returned. Under TLS
+// (no raw socket to try) the write is neither watched nor timed, and the wait is the
+// caller's.
+func (c *upConn) sendAwait(p []byte, now time.Time, gone, stop func() bool) (waited time.Duration, sent time.Time, err error) {
 	if c.raw == nil {
 		_, err = c.conn.Write(p)
-		return 0, err
+		return 0, time.Time{}, err
 	}
-	n, err := c.sock.tryWrite(p)
+	n, sent, err := c.sock.sendAwait(p, now)
 	if err != nil || n == len(p) {
-		return 0, err
+		return 0, sent, err
 	}
 	start := time.Now()
 	w := startWatch(gone, stop, c.abortWrite)
@@ -560,7 +566,7 @@ func (c *upConn) writeWatched(p []byte, gone, stop func() bool) (waited time.Dur
 	if why := w.end(); why != nil {
 		err = why
 	}
-	return time.Since(start), err
+	return time.Since(start), time.Time{}, err
 }
 
 // abortWrite ends a write blocked on c (from the goroutine of a watch): the connection is
