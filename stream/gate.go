@@ -146,8 +146,12 @@ func (g *Gate) Feed(p []byte) Decision {
 	}
 	start := len(g.held)
 	g.held = append(g.held, p...)
+	// A read that ends the stream with [DONE] and holds no error (skipQuiet's first kind): once
+	// its [DONE] is read the stream is finished or empty, and what its events showed of their
+	// choices is read no more, so noteEnd need not read them before commit either.
+	ending := g.endsStream(p)
 	if g.family == Image || g.peek <= 0 {
-		return g.commit(ReasonHeaders, start)
+		return g.commit(ReasonHeaders, start, ending)
 	}
 	// Frame no further than the limit: the bytes past it are tail, whatever read they came in.
 	judged := min(len(g.held), g.peek)
@@ -160,12 +164,12 @@ func (g *Gate) Feed(p []byte) Decision {
 		}
 		g.eventsEnd = off
 		ev := g.fr.Event()
-		if g.endsOnFinish() {
+		if g.endsOnFinish() && !ending {
 			g.noteEnd(ev)
 		}
 		switch d := g.classify(ev); d {
 		case Commit:
-			return g.commit(ReasonContent, off)
+			return g.commit(ReasonContent, off, ending)
 		case Error:
 			return g.fail(ev.Data)
 		case Empty:
@@ -174,7 +178,7 @@ func (g *Gate) Feed(p []byte) Decision {
 	}
 	if judged == g.peek {
 		// The framer stopped at the limit (a record it cut there goes on as tail).
-		return g.commit(ReasonPeekLimit, judged)
+		return g.commit(ReasonPeekLimit, judged, ending)
 	}
 	return Hold
 }
@@ -240,11 +244,12 @@ func (g *Gate) Reason() CommitReason { return g.reason }
 // framed, and all of p counts as whole. Before Commit it does nothing and
 // returns len(p).
 func (g *Gate) Observe(p []byte) (whole int) {
-	return max(g.observe(p), 0)
+	return max(g.observe(p, false), 0)
 }
 
-// observe is Observe, returning -1 when p ends inside an event that began before p.
-func (g *Gate) observe(p []byte) int {
+// observe is Observe, returning -1 when p ends inside an event that began before p. clean
+// tells that p is known to hold no error (the bytes "rror"), for skipQuiet.
+func (g *Gate) observe(p []byte, clean bool) int {
 	if !g.decided || g.decision != Commit || g.finished {
 		return len(p) // nothing left to learn once the terminal event went by
 	}
@@ -252,7 +257,7 @@ func (g *Gate) observe(p []byte) int {
 	if !g.fr.inRecord() {
 		whole = 0
 	}
-	off := g.skipQuiet(p) // the leading events that change nothing, read as one run
+	off := g.skipQuiet(p, clean) // the leading events that change nothing, read as one run
 	if off > 0 {
 		whole = off
 	}
@@ -333,8 +338,9 @@ func (g *Gate) fail(data []byte) Decision {
 }
 
 // commit switches to tail mode and watches held[from:], the bytes after the
-// decisive event that arrived with it.
-func (g *Gate) commit(r CommitReason, from int) Decision {
+// decisive event that arrived with it; ending tells that they end the read that endsStream
+// found to end the stream.
+func (g *Gate) commit(r CommitReason, from int, ending bool) Decision {
 	g.reason = r
 	// The decisive event can itself end the stream (a bare
 	// response.completed, message_stop).
@@ -342,7 +348,7 @@ func (g *Gate) commit(r CommitReason, from int) Decision {
 	g.finished = r == ReasonContent && isTerminal(g.family, ev, tailType(g.family, ev))
 	g.fr.setLimit(tailCaptureLimit)
 	g.decide(Commit)
-	if w := g.observe(g.held[from:]); w >= 0 {
+	if w := g.observe(g.held[from:], ending); w >= 0 {
 		g.wholeEnd = from + w
 	} else {
 		// The record open at the peek limit began after the last event within it.

@@ -48,13 +48,18 @@ var (
 // value to them), and the argument is kept to events they read whole. (In the first kind the
 // length does not matter: a capture only hides bytes, and the run has none the rules could
 // act on.)
-func (g *Gate) skipQuiet(p []byte) int {
+//
+// clean tells that p is known to hold no "rror" (the end of a read endsStream found to end the
+// stream): it is not searched again.
+func (g *Gate) skipQuiet(p []byte, clean bool) int {
 	if !g.endsOnFinish() || g.perEventOnly || !g.fr.betweenRecords() {
 		return 0
 	}
 	b := p
-	if i := bytes.Index(b, quietError); i >= 0 {
-		b = b[:i]
+	if !clean {
+		if i := bytes.Index(b, quietError); i >= 0 {
+			b = b[:i]
+		}
 	}
 	if len(b) == len(p) && bytes.HasSuffix(p, doneLast) {
 		g.fr.skipRecords()
@@ -83,6 +88,12 @@ func (g *Gate) skipQuiet(p []byte) int {
 		g.fr.skipRecords()
 	}
 	return n
+}
+
+// endsStream reports, for a chat or other stream, a read p that skipQuiet's first kind passes
+// over up to its last event: it ends with `[DONE]` after a blank line, and holds no error.
+func (g *Gate) endsStream(p []byte) bool {
+	return g.endsOnFinish() && !g.perEventOnly && bytes.HasSuffix(p, doneLast) && !bytes.Contains(p, quietError)
 }
 
 // doneLast is how a read that ends a stream with `[DONE]` ends: a blank line, then the

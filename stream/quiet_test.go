@@ -64,10 +64,33 @@ func checkQuietAgreesIn(t *testing.T, f Family, opening string, chunks [][]byte)
 	return skipped
 }
 
+// checkFeedAgrees feeds in, a stream's start, to a gate of family f in one read, and to one
+// that reads every event on its own, before commit as after (no skipQuiet, every event to
+// noteEnd), and fails when their decisions, what they hold as events and whole, or their tails
+// differ.
+func checkFeedAgrees(t *testing.T, f Family, in []byte) {
+	t.Helper()
+	var fast, ref Gate
+	fast.Reset(f, 1<<20)
+	ref.Reset(f, 1<<20)
+	ref.perEventOnly = true
+	df, dr := fast.Feed(in), ref.Feed(in)
+	if df != dr || len(fast.Events()) != len(ref.Events()) || fast.HeldWhole() != ref.HeldWhole() {
+		t.Fatalf("one read of %q:\n shortcut  %v, events %d, whole %d\n per event %v, events %d, whole %d",
+			in, df, len(fast.Events()), fast.HeldWhole(), dr, len(ref.Events()), ref.HeldWhole())
+	}
+	if df != Commit {
+		return
+	}
+	if got, want := fast.tailState(0), ref.tailState(0); got != want || fast.Finished() != ref.Finished() {
+		t.Fatalf("one read of %q:\n shortcut  %+v, finished %v\n per event %+v, finished %v", in, got, fast.Finished(), want, ref.Finished())
+	}
+}
+
 // skipQuietDry is how many bytes skipQuiet would pass over in p, without its effect.
 func (g *Gate) skipQuietDry(p []byte) int {
 	saved := g.fr
-	n := g.skipQuiet(p)
+	n := g.skipQuiet(p, false)
 	g.fr = saved
 	return n
 }
@@ -162,6 +185,25 @@ func TestQuietShortcutOnAWholeStream(t *testing.T) {
 	}
 }
 
+// A whole stream in one read, from its first event: the gate that skips noteEnd before commit
+// (the read ends the stream) decides where the one that reads every event does, and ends
+// finished alike.
+func TestQuietWholeStreamInOneFeed(t *testing.T) {
+	quiet := quietChunk(`{"content":"a"}`, "null")
+	role := quietChunk(`{"role":"assistant","content":""}`, "null")
+	for _, in := range []string{
+		string(benchChatBody()),
+		role + quiet + quietChunk(`{}`, `"stop"`) + "data: [DONE]\n\n",
+		role + quietChunk(`{}`, `"stop"`) + "data: [DONE]\n\n", // finished before any content
+		role + "data: [DONE]\n\n",                              // empty
+		role + quiet + `data: {"error":{"message":"x"}}` + "\n\ndata: [DONE]\n\n",
+		`data: {"error":{"message":"x"}}` + "\n\ndata: [DONE]\n\n",
+	} {
+		checkFeedAgrees(t, Chat, []byte(in))
+		checkFeedAgrees(t, Other, []byte(in))
+	}
+}
+
 // A read that ends the stream with [DONE] is passed over up to that event, for chat and for
 // other (legacy completions), however its events read; the per-event rules agree on the end.
 func TestQuietShortcutToDone(t *testing.T) {
@@ -217,6 +259,8 @@ func FuzzQuietShortcut(f *testing.F) {
 		checkQuietAgrees(t, splitByLarge(in, cuts))
 		checkQuietAgreesIn(t, Other, other, [][]byte{in})
 		checkQuietAgreesIn(t, Other, other, splitByLarge(in, cuts))
+		checkFeedAgrees(t, Chat, in)
+		checkFeedAgrees(t, Other, in)
 	})
 }
 
