@@ -143,3 +143,77 @@ func TestRawSocketAllocs(t *testing.T) {
 		t.Fatalf("a write and a read allocate %.1f times, want 0", n)
 	}
 }
+
+// sendAwait writes a request the socket takes whole and waits, in the same call, until the
+// answer arrives: the read that follows finds it. With nothing coming, the wait ends at the
+// connection's read deadline, the request written all the same.
+func TestRawSocketSendAwait(t *testing.T) {
+	s, tc, peer := rawPair(t)
+	const answerAfter = 150 * time.Millisecond
+	go func() {
+		buf := make([]byte, 64)
+		if _, err := io.ReadFull(peer, buf[:7]); err != nil || string(buf[:7]) != "request" {
+			return
+		}
+		time.Sleep(answerAfter)
+		peer.Write([]byte("answer"))
+	}()
+	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	anchor := time.Now()
+	n, sent, err := s.sendAwait([]byte("request"), anchor)
+	waited := time.Since(anchor)
+	if err != nil || n != len("request") {
+		t.Fatalf("sendAwait: %d, %v; want all of it written", n, err)
+	}
+	if sent.Before(anchor) || sent.Sub(anchor) > answerAfter/2 {
+		t.Fatalf("sent %v after the anchor, want the moment of the write, before the answer", sent.Sub(anchor))
+	}
+	if waited < answerAfter*2/3 {
+		t.Fatalf("sendAwait returned after %v, before the answer (sent %v later)", waited, answerAfter)
+	}
+	buf := make([]byte, 64)
+	if n, err := sysRead(rawFD(t, tc), buf); err != 0 || string(buf[:n]) != "answer" {
+		t.Fatalf("the read after the wait: %q, %v; want the answer at once", buf[:n], err)
+	}
+
+	// No answer: the wait ends at the read deadline.
+	tc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	begun := time.Now()
+	n, sent, err = s.sendAwait([]byte("request"), begun)
+	if err != nil || n != len("request") || sent.IsZero() {
+		t.Fatalf("sendAwait without an answer: %d, %v, sent %v; want all of it written", n, err, sent)
+	}
+	if d := time.Since(begun); d < 80*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("sendAwait without an answer returned after %v, want about the 100 ms read deadline", d)
+	}
+}
+
+// A request the socket does not take whole (a peer that reads nothing) is not waited for:
+// sendAwait returns at once with what was written, and the rest is the caller's.
+func TestRawSocketSendAwaitPartial(t *testing.T) {
+	s, tc, peer := rawPair(t)
+	tc.SetWriteBuffer(16 << 10)
+	peer.SetReadBuffer(16 << 10)
+	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	payload := make([]byte, 4<<20)
+	begun := time.Now()
+	n, sent, err := s.sendAwait(payload, begun)
+	if err != nil || n <= 0 || n >= len(payload) || !sent.IsZero() {
+		t.Fatalf("sendAwait of 4 MiB to a peer that reads nothing: %d, %v, sent %v; want part of it, no wait", n, err, sent)
+	}
+	if d := time.Since(begun); d > 2*time.Second {
+		t.Fatalf("sendAwait waited %v for a request the socket did not take whole", d)
+	}
+}
+
+// rawFD is c's descriptor.
+func rawFD(t *testing.T, c *net.TCPConn) uintptr {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd uintptr
+	raw.Control(func(f uintptr) { fd = f })
+	return fd
+}
