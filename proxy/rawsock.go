@@ -36,6 +36,10 @@ type rawSocket struct {
 	werr    error
 	nowait  bool // sendThenWait: a full send buffer ends the write instead of waiting
 
+	// awaitInput's callback, and whether it has looked at the socket in this call.
+	inputFn func(fd uintptr) bool
+	looked  bool
+
 	// sendAwait's callback, and what it reports.
 	sendFn   func(fd uintptr) bool
 	awaiting bool      // p was written whole: the callback waits for something to read
@@ -48,6 +52,28 @@ func (s *rawSocket) init(raw syscall.RawConn) {
 	s.readFn = s.readOnce
 	s.writeFn = s.writeAll
 	s.sendFn = s.sendThenWait
+	s.inputFn = s.lookOnce
+}
+
+// awaitInput waits, without a buffer to read into, until the socket has something to read (data,
+// its end or an error) or the read deadline passes, as a RawConn read with hasInput does, but
+// looks at the socket once only: a peek before the wait (the poller forgot what it saw before
+// the call), and none after it, where the poller's word is taken. A committed stream waits so
+// for each event of a token-by-token answer; the second peek was a system call per event that
+// the read after the wait repeats. A wake with nothing to read costs that read an EAGAIN, and
+// it waits again.
+func (s *rawSocket) awaitInput() error {
+	s.looked = false
+	return s.raw.Read(s.inputFn)
+}
+
+// lookOnce is awaitInput's RawConn.Read callback: hasInput the first time, true after a wait.
+func (s *rawSocket) lookOnce(fd uintptr) bool {
+	if s.looked {
+		return true
+	}
+	s.looked = true
+	return hasInput(fd)
 }
 
 // sendAwait writes p, and when the socket takes all of it at once, waits in the same call for

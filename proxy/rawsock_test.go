@@ -217,3 +217,40 @@ func rawFD(t *testing.T, c *net.TCPConn) uintptr {
 	raw.Control(func(f uintptr) { fd = f })
 	return fd
 }
+
+// awaitInput returns at once when something has arrived already, waits until something
+// arrives otherwise, and ends at the read deadline when nothing does; it reads nothing.
+func TestRawSocketAwaitInput(t *testing.T) {
+	s, tc, peer := rawPair(t)
+	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	peer.Write([]byte("early"))
+	time.Sleep(20 * time.Millisecond) // delivered, and any readiness the poller saw is past
+	if err := s.awaitInput(); err != nil {
+		t.Fatalf("awaitInput with data waiting: %v", err)
+	}
+	buf := make([]byte, 64)
+	if n, err := s.read(buf); err != nil || string(buf[:n]) != "early" {
+		t.Fatalf("read after awaitInput: %q, %v", buf[:n], err)
+	}
+
+	const later = 100 * time.Millisecond
+	go func() {
+		time.Sleep(later)
+		peer.Write([]byte("later"))
+	}()
+	begun := time.Now()
+	if err := s.awaitInput(); err != nil {
+		t.Fatalf("awaitInput: %v", err)
+	}
+	if d := time.Since(begun); d < later*2/3 {
+		t.Fatalf("awaitInput returned after %v, before anything was sent (%v)", d, later)
+	}
+	if n, err := s.read(buf); err != nil || string(buf[:n]) != "later" {
+		t.Fatalf("read after awaitInput: %q, %v", buf[:n], err)
+	}
+
+	tc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := s.awaitInput(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("awaitInput with nothing sent: %v, want the deadline", err)
+	}
+}

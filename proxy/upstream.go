@@ -207,7 +207,12 @@ func (r *pollReader) waitReadable(raw syscall.RawConn) error {
 		if err := r.slice(now); err != nil {
 			return err
 		}
-		err := raw.Read(hasInput)
+		var err error
+		if r.sock != nil {
+			err = r.sock.awaitInput()
+		} else {
+			err = raw.Read(hasInput)
+		}
 		if err == nil || !isTimeout(err) {
 			return nil
 		}
