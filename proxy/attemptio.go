@@ -85,7 +85,7 @@ func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)
 	c.releaseReader()
 	c.rd.now = start
-	err := c.rd.waitReadable(c.raw)
+	err := c.rd.waitReadable()
 	ex.waited += ex.tick().Sub(start)
 	if err == nil {
 		// The read that follows takes what the wait found, at once: the wait's end is its reading.

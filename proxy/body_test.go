@@ -41,9 +41,12 @@ func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	// As pool.connect builds a plain TCP connection: reads through the raw socket.
 	c := &upConn{conn: conn, fd: socketOf(conn)}
 	c.raw, _ = conn.(*net.TCPConn).SyscallConn()
+	c.sock.init(c.raw)
 	c.rd.conn = conn
+	c.rd.sock = &c.sock
 	c.rd.arm(time.Now().Add(5*time.Second), nil, nil)
 	return c
 }
@@ -170,7 +173,7 @@ func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 		t.Fatal("the reader was not given back")
 	}
 	close(next)
-	if err := c.rd.waitReadable(c.raw); err != nil {
+	if err := c.rd.waitReadable(); err != nil {
 		t.Fatal(err)
 	}
 	rest, err := readAll(&b)

@@ -54,7 +54,8 @@ import (
 //   - do: the attempt's start (a.start: its deadlines, the pool's idle check), and again
 //     after a dial, or after a write that a stale pooled connection refused;
 //   - do: the request written (a.sent: the first-byte deadline, the start of the wait for
-//     the response head);
+//     the response head); when the wait for the head began in the call that wrote it
+//     (upConn.sendAwait), that call took this reading, and do takes the wait's end;
 //   - waitData, waitIdle: the start of a wait for the upstream (unless the caller just took
 //     one) and its end (ex.waited); the pollReader's first slice takes the same readings;
 //   - do: the response head parsed (a.ttfb; also the policy time of the rate-limit figures);

@@ -198,21 +198,16 @@ func (r *pollReader) Read(p []byte) (int, error) {
 	}
 }
 
-// waitReadable blocks, in the same slices as Read and with the same endings, until raw has
-// something to read (or an error to report), without a buffer to read into: the reads that
-// follow find the data.
-func (r *pollReader) waitReadable(raw syscall.RawConn) error {
+// waitReadable blocks, in the same slices as Read and with the same endings, until the socket
+// has something to read (or an error to report), without a buffer to read into: the reads
+// that follow find the data. Only for a plain TCP connection (sock set).
+func (r *pollReader) waitReadable() error {
 	now := r.start()
 	for {
 		if err := r.slice(now); err != nil {
 			return err
 		}
-		var err error
-		if r.sock != nil {
-			err = r.sock.awaitInput()
-		} else {
-			err = raw.Read(hasInput)
-		}
+		err := r.sock.awaitInput()
 		if err == nil || !isTimeout(err) {
 			return nil
 		}
@@ -223,8 +218,8 @@ func (r *pollReader) waitReadable(raw syscall.RawConn) error {
 	}
 }
 
-// hasInput is a RawConn.Read callback: true when the socket has data, an end or an error to
-// read, false (wait for the poller) when a read would block.
+// hasInput reports whether the socket has data, an end or an error to read (false when a read
+// would block), without reading it: one non-blocking peek.
 func hasInput(fd uintptr) bool {
 	var buf [1]byte
 	_, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
