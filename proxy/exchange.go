@@ -78,19 +78,20 @@ type exchange struct {
 	ctx *fasthttp.RequestCtx
 
 	// The request, read once.
-	path        []byte // normalised path (own copy: a stream outlives the handler)
-	family      stream.Family
-	fields      requestFields
-	model       []byte // requested model (own copy, for the log)
-	streaming   bool
-	head        bool
-	requestID   []byte
-	traceID     []byte   // the trace id of the client's traceparent (tracecontext.go), own copy; empty when none is valid
-	tokenHeader []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
-	connection  [][]byte // the options the client's Connection lines name (views into its header)
-	reqBody     []byte   // the client's body: valid while the handler runs
-	subBody     []byte   // the body with a substituted model
-	uri         []byte
+	path         []byte // normalised path (own copy: a stream outlives the handler)
+	family       stream.Family
+	fields       requestFields
+	model        []byte // requested model (own copy, for the log)
+	streaming    bool
+	head         bool
+	requestID    []byte
+	traceID      []byte   // the trace id of the client's traceparent (tracecontext.go), own copy; empty when none is valid
+	tokenHeader  []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
+	connection   [][]byte // the options the client's Connection lines name (views into its header)
+	upConnection [][]byte // dropHopByHop's scratch space: the options an answer's Connection lines name
+	reqBody      []byte   // the client's body: valid while the handler runs
+	subBody      []byte   // the body with a substituted model
+	uri          []byte
 
 	// The sweep.
 	eligible []int

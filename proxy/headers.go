@@ -70,24 +70,39 @@ func (s nameSet) has(k []byte) bool {
 // dropHopByHop deletes from the response header h the hop-by-hop headers, the ones the
 // upstream's Connection lines (connection) name, and the upstream's own X-Failover-* (the
 // sidecar sets those it sends; an upstream that is itself a sidecar or a gateway must not
-// speak for this one). Each pass finds one (usually there is one, or none) and deletes it,
-// until a pass finds none: however many there are, without a buffer.
-func dropHopByHop(h *fasthttp.ResponseHeader, connection [][]byte) {
+// speak for this one). The options are read once (appendConnectionOptions), not once per
+// header. Each pass deletes the first header it finds, and ends the work when none follows it
+// (usually there is one, Connection itself, or none); otherwise another pass follows: however
+// many there are, without a buffer. opts is scratch space for the options, returned for reuse.
+func dropHopByHop(h *fasthttp.ResponseHeader, connection, opts [][]byte) [][]byte {
+	opts, ok := appendConnectionOptions(opts[:0], connection)
+	named := opts
+	if !ok {
+		named = connection // too many to hold: compared line by line, as isHopByHop can
+	}
 	// At most one pass per header: a header fasthttp would keep yielding after the delete
 	// (none does today) cannot make this loop for ever.
 	for range h.Len() + 1 {
 		var found []byte
+		more := false // a second one follows found
 		for k := range h.All() {
-			if isHopByHop(k, connection) || hasFailoverPrefix(k) {
+			if isHopByHop(k, named) || hasFailoverPrefix(k) {
+				if found != nil {
+					more = true
+					break
+				}
 				found = k
-				break
 			}
 		}
 		if found == nil {
-			return
+			break
 		}
-		h.DelBytes(found)
+		h.DelBytes(found) // every line of that name
+		if !more {
+			break
+		}
 	}
+	return opts[:0]
 }
 
 // isHopByHop reports whether header k describes one connection: a hop-by-hop header, or one
@@ -193,28 +208,39 @@ func (ex *exchange) buildRequest(a *attempt) {
 // (a hundred times a plain request). Clients name one or two (keep-alive, Upgrade).
 const maxConnectionOptions = 32
 
-// readConnection collects the options the client's Connection lines name into ex.connection,
-// one per entry (isHopByHop reads each as a one-item line); false when there are more than
-// maxConnectionOptions.
+// readConnection collects the options the client's Connection lines name into ex.connection
+// (appendConnectionOptions); false when there are more than maxConnectionOptions.
 func (ex *exchange) readConnection() bool { return ex.readConnectionOf(&ex.ctx.Request.Header) }
 
 // readConnectionOf is readConnection on the request header h: ex.connection are views into it.
 func (ex *exchange) readConnectionOf(h *fasthttp.RequestHeader) bool {
-	ex.connection = ex.connection[:0]
-	for _, line := range h.PeekAll(stringConnection) { // fasthttp keeps each line
+	var ok bool
+	ex.connection, ok = appendConnectionOptions(ex.connection[:0], h.PeekAll(stringConnection))
+	return ok
+}
+
+// appendConnectionOptions appends to dst the options that Connection lines (lines: fasthttp
+// keeps each line) name, one per entry, which isHopByHop reads as one-item lines. Options that
+// hopByHop holds (keep-alive, as a rule the only one) are left out: those headers go anyway.
+// It reports false when the lines name more than maxConnectionOptions, all options counted.
+func appendConnectionOptions(dst, lines [][]byte) ([][]byte, bool) {
+	n := 0
+	for _, line := range lines {
 		for len(line) > 0 {
 			var tok []byte
 			tok, line = cutList(line, ',')
 			if tok = bytes.TrimSpace(tok); len(tok) == 0 {
 				continue
 			}
-			if len(ex.connection) == maxConnectionOptions {
-				return false
+			if n++; n > maxConnectionOptions {
+				return dst, false
 			}
-			ex.connection = append(ex.connection, tok)
+			if !hopByHop.has(tok) {
+				dst = append(dst, tok)
+			}
 		}
 	}
-	return true
+	return dst, true
 }
 
 // requestHead returns the client's request header and query string: the request's own while
@@ -337,7 +363,7 @@ func (ex *exchange) copyResponseHeaders() {
 	// CopyTo also copies the upstream header's own "no default Content-Type" flag, which is
 	// off: an answer without a Content-Type would reach the client as text/plain.
 	h.SetNoDefaultContentType(true)
-	dropHopByHop(h, up.PeekAll(stringConnection))
+	ex.upConnection = dropHopByHop(h, up.PeekAll(stringConnection), ex.upConnection)
 	h.ResetConnectionClose()
 	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
 	// req_..., the one its support asks for) goes back under a name of its own.
