@@ -22,7 +22,8 @@
 # user-space part (utime) beside it.
 # Then the same three paths at a fixed rate well below saturation (LAT_RATE requests/s over
 # LAT_CONNS connections, testdata/bench/latency), where the latency a proxy adds is its own cost
-# on the request's path rather than queueing behind other requests.
+# on the request's path rather than queueing behind other requests, and its CPU per request is
+# what a request costs at a sidecar's usual load: every process sleeps between requests.
 #
 # The mock, the proxy and wrk share the machine's cores: compare ratios and CPU per request
 # measured in the same run, not absolute requests per second. Everything listens on
@@ -368,17 +369,33 @@ done
 # "service" is from the moment a request is written to the last byte of its answer.
 lat_results="$tmp/latency.tsv"
 : >"$lat_results"
+LAT_WARMUP=500ms
 lat_one() { # round workload config
-	local body=$CHAT_REQ sse="" line
+	local body=$CHAT_REQ sse="" line pid="" before="0 0" after="0 0"
 	if [ "$2" = sse ]; then body=$SSE_REQ sse=-sse; fi
+	case $3 in
+	nginx) pid=$NGINX_PID ;;
+	sidecar) pid=$SIDECAR_PID ;;
+	sidecar-b) pid=$SIDECAR_B_PID ;;
+	esac
+	[ -z "$pid" ] || before=$(cpu_ticks "$pid")
 	line=$("$tmp/latency" -url "$(url_of "$3" "$2")" -conns "$LAT_CONNS" -rate "$LAT_RATE" -duration "$LAT_DURATION" \
-		-warmup 500ms -body "$body" -header "Authorization: Bearer sk-bench-not-a-key" $sse -tsv)
+		-warmup "$LAT_WARMUP" -body "$body" -header "Authorization: Bearer sk-bench-not-a-key" $sse -tsv)
+	[ -z "$pid" ] || after=$(cpu_ticks "$pid")
 	local errs
 	errs=$(cut -f2 <<<"$line")
 	[ "$errs" -eq 0 ] || die "$3 $2 at a fixed rate: $errs requests failed"
-	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$line" >>"$lat_results"
-	printf '  round %s  %-4s fixed %s/s %-8s service p50 %7.0f us  p99 %7.0f us\n' "$1" "$2" "$LAT_RATE" "$3" \
-		"$(cut -f6 <<<"$line")" "$(cut -f7 <<<"$line")" >&2
+	# CPU per request at this rate: every request sent, the warm-up's included, on the schedule.
+	local cpu="-"
+	if [ -n "$pid" ]; then
+		cpu=$(awk -v b="$before" -v a="$after" -v hz="$CLK_TCK" -v rate="$LAT_RATE" \
+			-v secs="$(( $(to_us "$LAT_DURATION") + $(to_us "$LAT_WARMUP") ))" 'BEGIN {
+			split(b, x, " "); split(a, y, " ")
+			printf "%.2f\n", (y[1] - x[1] + y[2] - x[2]) / hz * 1e6 / (rate * secs / 1e6) }')
+	fi
+	printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$line" "$cpu" >>"$lat_results"
+	printf '  round %s  %-4s fixed %s/s %-8s service p50 %7.0f us  p99 %7.0f us  cpu/req %s us\n' "$1" "$2" "$LAT_RATE" "$3" \
+		"$(cut -f6 <<<"$line")" "$(cut -f7 <<<"$line")" "$cpu" >&2
 }
 log "measuring at a fixed rate: $LAT_RATE requests/s over $LAT_CONNS connections, $ROUNDS rounds of $LAT_DURATION ..."
 for round in $(seq "$ROUNDS"); do
@@ -451,30 +468,34 @@ END {
 
 echo
 echo "fixed rate: $LAT_RATE requests/s over $LAT_CONNS keep-alive connections (testdata/bench/latency), $ROUNDS rounds of $LAT_DURATION, medians;"
-echo "service latency (from the write of the request to the last byte of the answer) in microseconds"
+echo "service latency (from the write of the request to the last byte of the answer) in microseconds; CPU/req = the"
+echo "proxy's utime+stime over every request sent at that rate, the warm-up's included (at this load every request"
+echo "wakes the processes it passes through, so it is higher than at saturation, for nginx too)"
 echo
 awk -F'\t' -v rate="$LAT_RATE" -v conns="$LAT_CONNS" -v configs="$CONFIGS" "$AWK_MEDIAN"'{
-	# round workload config requests errors rate lat50 lat99 svc50 svc99
+	# round workload config requests errors rate lat50 lat99 svc50 svc99 cpu
 	k = $2 SUBSEP $3
-	rate_[k] = rate_[k] " " $6; s50[k] = s50[k] " " $9; s99[k] = s99[k] " " $10
-	R[$1, $2, $3, 50] = $9; R[$1, $2, $3, 99] = $10
+	rate_[k] = rate_[k] " " $6; s50[k] = s50[k] " " $9; s99[k] = s99[k] " " $10; cpu[k] = cpu[k] " " $11
+	R[$1, $2, $3, 50] = $9; R[$1, $2, $3, 99] = $10; R[$1, $2, $3, "cpu"] = $11
 	rounds[$1] = 1
 }
 END {
-	printf "| workload | config | req/s | p50 | p99 | added p50 | added p99 |\n"
-	printf "|---|---|---|---|---|---|---|\n"
+	printf "| workload | config | req/s | p50 | p99 | added p50 | added p99 | CPU/req | CPU / nginx |\n"
+	printf "|---|---|---|---|---|---|---|---|---|\n"
 	split("chat sse", W, " "); nf = split(configs, F, " ")
 	for (wi = 1; wi <= 2; wi++) for (fi = 1; fi <= nf; fi++) {
 		w = W[wi]; f = F[fi]; k = w SUBSEP f
 		if (!(k in s50)) continue
-		a50 = ""; a99 = ""
+		a50 = ""; a99 = ""; cpur = ""
 		for (rd in rounds) {
 			a50 = a50 " " (R[rd, w, f, 50] - R[rd, w, "direct", 50])
 			a99 = a99 " " (R[rd, w, f, 99] - R[rd, w, "direct", 99])
+			if (f != "direct" && R[rd, w, "nginx", "cpu"] > 0) cpur = cpur " " (R[rd, w, f, "cpu"] / R[rd, w, "nginx", "cpu"])
 		}
 		m50 = median(a50); m99 = median(a99)
-		printf "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s |\n", w, f, median(rate_[k]), median(s50[k]), median(s99[k]),
-			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99))
+		printf "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %s | %s | %s |\n", w, f, median(rate_[k]), median(s50[k]), median(s99[k]),
+			(f == "direct" ? "–" : sprintf("%+.0f µs", m50)), (f == "direct" ? "–" : sprintf("%+.0f µs", m99)),
+			(f == "direct" ? "–" : sprintf("%.1f µs", median(cpu[k]))), (f == "direct" ? "–" : sprintf("%.2f", median(cpur)))
 		if (f == "sidecar") { S[w, 50] = m50; S[w, 99] = m99 }
 		if (f == "direct") D[w] = median(s99[k])
 	}
