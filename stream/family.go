@@ -44,6 +44,12 @@ func (g *Gate) classify(ev Event) Decision {
 	if bytes.Equal(data, done) {
 		return Empty
 	}
+	if g.family == Chat {
+		// Nearly every chat event is decided by a walk in place, without a parse (scanChat).
+		if d, sure := scanChat(data, ev.Name); sure {
+			return d
+		}
+	}
 	if g.family == Responses || g.family == Messages {
 		// The type decides most events alone: response.created and
 		// response.in_progress echo the whole request (instructions, tools),

@@ -121,6 +121,33 @@ func TestSkipValueNesting(t *testing.T) {
 	}
 }
 
+// TestSkipValueDepth: a value nested deeper than the depth asked for is not taken, however
+// valid; one within it is skipped as SkipValue skips it.
+func TestSkipValueDepth(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		depth int
+		whole bool
+	}{
+		{`"a"`, 0, true},
+		{`12 `, 0, true},
+		{`[]`, 0, false},
+		{`[]`, 1, true},
+		{`{"a":[1,{"b":null}],"c":{}}`, 3, true},
+		{`{"a":[1,{"b":null}],"c":{}}`, 2, false},
+		{`[[1],[2],[3]]`, 2, true},
+		{strings.Repeat("[", 64) + strings.Repeat("]", 64), 64, true},
+		{strings.Repeat("[", 65) + strings.Repeat("]", 65), 64, false},
+		{strings.Repeat("[", 65) + strings.Repeat("]", 65), MaxDepth + 1, true},
+		{`{"a":[1}`, 5, false},
+	} {
+		end := SkipValueDepth([]byte(tc.value), 0, tc.depth)
+		if whole := end == len(strings.TrimSpace(tc.value)); whole != tc.whole || !whole && end != -1 {
+			t.Errorf("SkipValueDepth(%.20s, %d) = %d, want whole = %v", tc.value, tc.depth, end, tc.whole)
+		}
+	}
+}
+
 func TestZeroAllocsScan(t *testing.T) {
 	chunk := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi \"there\""},"finish_reason":null}],"usage":null}`)
 	deep := []byte(`{"x":` + strings.Repeat("[", 500) + strings.Repeat("]", 500) + `,"model":"gpt-4o\u002dmini"}`)

@@ -138,6 +138,14 @@ func SkipValue(b []byte, i int) int {
 	return skipValue(b, i, MaxDepth)
 }
 
+// SkipValueDepth is SkipValue for a value that may nest at most depth containers deep, itself
+// included (a string, a number or a literal nests 0 deep): a value nested deeper counts as not
+// valid, and -1 is returned. For a caller that must also agree with a parser stricter on
+// nesting than encoding/json.
+func SkipValueDepth(b []byte, i, depth int) int {
+	return skipValue(b, i, min(depth, MaxDepth))
+}
+
 // skipValue is SkipValue for a value that may nest at most limit containers deep. A string or
 // a scalar is skipped directly; a container's stack of open containers starts in one word,
 // and only a value nested deeper than 64 is walked again with room for limit.
