@@ -31,7 +31,10 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 		// The whole stream, terminal event included, arrived before commit: it goes out in one
 		// write, like a held response, and the upstream connection goes back to the pool.
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
-		ctx.Response.SetBody(ex.gate.Held())
+		// The held bytes become the answer's body, and the body's old storage the gate's next
+		// held bytes: no copy, as for a held response (SwapBody below). a.body, a view of them,
+		// is the answer's now, and read no more.
+		ex.gate.ReplaceHeld(ctx.Response.SwapBody(ex.gate.Held()))
 		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
 		ex.closeConn()
 		return

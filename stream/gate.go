@@ -219,6 +219,16 @@ func (g *Gate) Shed(limit int) {
 	}
 }
 
+// ReplaceHeld gives the Gate spare's storage for its held bytes, after Commit, in place of the
+// buffer Held returned, which the caller has taken over: a stream that ended in what was held
+// goes out as one answer whose body is that buffer, without a copy. Held and Events are empty
+// afterwards; Observe, Finished and Failed are not affected. Before Commit it does nothing.
+func (g *Gate) ReplaceHeld(spare []byte) {
+	if g.decided && g.decision == Commit {
+		g.held, g.eventsEnd, g.wholeEnd = spare[:0], 0, 0
+	}
+}
+
 // Events returns the prefix of Held made of complete events, up to and
 // including the decisive one (after a ReasonPeekLimit commit, the events that
 // end within the limit): what success rules may match. It ends at the line end

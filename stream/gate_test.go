@@ -1076,6 +1076,51 @@ func TestNames(t *testing.T) {
 	}
 }
 
+// ReplaceHeld takes another buffer for the held bytes after commit only, and the Gate never
+// writes into the one it gave up, however it is reused: the proxy sends that one as an answer's
+// body after the Gate has moved on to the next stream.
+func TestGateReplaceHeld(t *testing.T) {
+	var g Gate
+	g.Reset(Chat, bigPeek)
+	role := "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+	content := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	if d := g.Feed([]byte(role)); d != Hold {
+		t.Fatalf("before content: %v, want Hold", d)
+	}
+	spare := make([]byte, 0, 1<<10)
+	g.ReplaceHeld(spare)
+	if string(g.Held()) != role {
+		t.Fatalf("ReplaceHeld before commit: held %q", g.Held())
+	}
+	whole := role + content + "data: [DONE]\n\n"
+	if d := g.Feed([]byte(content + "data: [DONE]\n\n")); d != Commit {
+		t.Fatalf("content: %v, want Commit", d)
+	}
+	given := g.Held()
+	if string(given) != whole {
+		t.Fatalf("held %q, want the whole stream", given)
+	}
+	g.ReplaceHeld(spare)
+	if len(g.Held()) != 0 || len(g.Events()) != 0 {
+		t.Fatalf("after ReplaceHeld: %d held bytes, %d of events", len(g.Held()), len(g.Events()))
+	}
+	if !g.Finished() || g.Failed() {
+		t.Fatalf("after ReplaceHeld: finished %v, failed %v", g.Finished(), g.Failed())
+	}
+	// The next stream is held in spare's storage, and the buffer given up keeps its bytes.
+	g.Reset(Chat, bigPeek)
+	other := strings.Replace(whole, "hi", "yo", 1)
+	if d := g.Feed([]byte(other)); d != Commit {
+		t.Fatalf("next stream: %v, want Commit", d)
+	}
+	if string(g.Held()) != other || &g.Held()[0] != &spare[:1][0] {
+		t.Fatalf("next stream held %q, in spare's storage: %v", g.Held(), &g.Held()[0] == &spare[:1][0])
+	}
+	if string(given) != whole {
+		t.Fatalf("the buffer given up was written to: %q", given)
+	}
+}
+
 // Shed drops a large held buffer after commit only; watching the tail goes on as before.
 func TestGateShed(t *testing.T) {
 	var g Gate
