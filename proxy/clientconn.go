@@ -11,11 +11,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/llm-failover/failover/stream"
 )
 
-// clientListener wraps the proxy listener's connections in clientConn.
-type clientListener struct{ net.Listener }
+// clientListener wraps the proxy listener's connections in clientConn, and lists them in
+// conns while they are open (nil: not listed, as in tests of the connection alone).
+type clientListener struct {
+	net.Listener
+	conns   *clientConns
+	closing *atomic.Bool // the server's shutdown began (nil: never)
+}
 
 func (l clientListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -30,10 +37,102 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, nil
 	}
-	c2 := &clientConn{TCPConn: tc, raw: raw}
+	c2 := &clientConn{TCPConn: tc, raw: raw, conns: l.conns}
 	c2.readFn = c2.readInto
 	c2.sock.init(raw)
+	c2.sock.idle, c2.sock.stop = &c2.idle, l.closing
+	if c2.sock.stop == nil {
+		c2.sock.stop = new(atomic.Bool)
+	}
+	l.conns.add(c2)
 	return c2, nil
+}
+
+// clientConns are the open client connections, for Shutdown to close those that wait for a
+// request (Server.closeIdle). A connection is listed once, when accepted, and left when closed.
+type clientConns struct {
+	mu sync.Mutex
+	m  map[*clientConn]struct{}
+}
+
+func (cs *clientConns) add(c *clientConn) {
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	if cs.m == nil {
+		cs.m = make(map[*clientConn]struct{})
+	}
+	cs.m[c] = struct{}{}
+	cs.mu.Unlock()
+}
+
+func (cs *clientConns) remove(c *clientConn) {
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	delete(cs.m, c)
+	cs.mu.Unlock()
+}
+
+// endLongWaits runs until quit is closed: every tick (waitTick), it ends the waits of writeAwait that
+// have lasted since its last look (between one and two ticks), with a read deadline in the
+// past. A wait holds fasthttp's write buffer (writeBufferSize, lent per answer), which an idle
+// keep-alive connection should not keep: one whose client sends nothing for a while gives it
+// back and waits for its next request as it did before (a read that looks once first). Under
+// load a client's next request follows its answer within milliseconds, and no wait is ended.
+func (cs *clientConns) endLongWaits(quit <-chan struct{}, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var conns []*clientConn
+	for {
+		select {
+		case <-quit:
+			return
+		case <-tick.C:
+		}
+		cs.mu.Lock()
+		conns = conns[:0]
+		for c := range cs.m {
+			conns = append(conns, c)
+		}
+		cs.mu.Unlock()
+		past := time.Unix(1, 0)
+		for _, c := range conns {
+			c.waitMu.Lock()
+			if c.awaiting && c.waits == c.seen && !c.poked {
+				c.poked = true
+				c.TCPConn.SetReadDeadline(past) // c.rset is the serving goroutine's: writeAwait resets it
+			}
+			c.seen = c.waits
+			c.waitMu.Unlock()
+		}
+		clear(conns)
+	}
+}
+
+// waitTick is how often endLongWaits looks: a connection whose client is idle holds its write
+// buffer for less than twice as long. A variable for tests (read by New).
+var waitTick = time.Second
+
+// closeIdle closes the connections that wait for a request: a keep-alive connection between
+// requests, and one given back to the server after a stream. One whose request arrives at the
+// same moment is lost, as with fasthttp's own closing of idle connections; the client sees a
+// closed keep-alive connection and retries (the request was not forwarded: a request that
+// arrives once shutdown began is answered 503).
+func (cs *clientConns) closeIdle() {
+	cs.mu.Lock()
+	idle := make([]*clientConn, 0, len(cs.m))
+	for c := range cs.m {
+		if c.idle.Load() {
+			idle = append(idle, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range idle {
+		c.Close() // outside the lock: Close leaves the list
+	}
 }
 
 // clientConn is a client connection that answers a one-byte read from a read-ahead buffer.
@@ -49,14 +148,30 @@ func (l clientListener) Accept() (net.Conn, error) {
 type clientConn struct {
 	*net.TCPConn
 	raw   syscall.RawConn
-	sock  rawSocket  // every other read and write
-	ahead *readAhead // bytes read but not yet returned; nil when none
+	conns *clientConns // the list it is in while open (nil: none)
+	sock  rawSocket    // every other read and write
+	ahead *readAhead   // bytes read but not yet returned; nil when none
 	// pending are bytes of the client's next requests that fasthttp had read before a stream
 	// hijacked the connection (a pipelining client), given back by reclaim: read first.
 	pending    []byte
 	reclaiming bool        // reclaim is reading what fasthttp's wrapper holds: the socket is not read
 	rset       time.Time   // the read deadline on the socket (zero: none)
-	idle       atomic.Bool // waiting for a request's first byte (read by Server.closeIdleHandedBack)
+	idle       atomic.Bool // waiting for a request's first byte (read by clientConns.closeIdle)
+	// delivered counts the bytes Read returned since the current request's first byte; with
+	// the head's size (headScan) and the body's, it tells whether fasthttp read more than the
+	// request (atRequestEnd).
+	delivered int
+	// answer is the head of the answer fasthttp writes next, when that answer may wait for
+	// the client's next request in the write that ends it (awaitAfter); nil otherwise.
+	answer *fasthttp.ResponseHeader
+	// The wait of writeAwait, as clientConns.endLongWaits sees it: awaiting while it may wait,
+	// waits counts them, and poked tells that endLongWaits ended one with a past read deadline.
+	// seen is endLongWaits' own: the count it saw at its last look.
+	waitMu   sync.Mutex
+	awaiting bool
+	poked    bool
+	waits    uint64
+	seen     uint64
 	// lineFamily is the family of the request line read last (requestLineFamily): the shape
 	// for an error fasthttp reports after it reset the request (431, a chunked 413).
 	lineFamily stream.Family
@@ -69,6 +184,8 @@ type clientConn struct {
 	got    *readAhead
 	n      int
 	rerr   error
+	// empty counts the request reads that found nothing and waited: what writeAwait saves.
+	empty atomic.Int64
 }
 
 type readAhead struct {
@@ -98,8 +215,11 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	}
 	if len(p) == 1 && !c.head.on {
 		c.head = headScan{on: true}
+		c.delivered = 0
 	}
+	c.answer = nil // a read comes after the answer's end, or instead of a wait for it
 	n, err := c.read(p)
+	c.delivered += n
 	if c.head.on && n > 0 && c.head.bare(p[:n]) {
 		c.bareLF = true
 		if len(p) > 1 {
@@ -183,11 +303,13 @@ type headScan struct {
 	begun bool // a line other than an empty one was seen (the request line)
 	line  int  // bytes of the current line scanned so far
 	cr    bool // the last byte scanned was CR
+	size  int  // bytes scanned, the empty lines before the request line included: the head's size once it ended
 }
 
 // bare scans b, the head's next bytes, and reports whether a line in it ends in a bare LF.
 // It turns the scan off at the head's end.
 func (h *headScan) bare(b []byte) bool {
+	h.size += len(b) // less what follows the head's end, below
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -209,6 +331,7 @@ func (h *headScan) bare(b []byte) bool {
 			h.begun = true
 		case h.begun:
 			h.on = false
+			h.size -= len(b)
 			return false
 		}
 	}
@@ -253,6 +376,7 @@ func (c *clientConn) readInto(fd uintptr) bool {
 	switch e {
 	case syscall.EAGAIN:
 		readAheads.Put(a) // nothing yet: wait for the socket without the buffer
+		c.empty.Add(1)
 		return false
 	case 0:
 	default:
@@ -280,13 +404,81 @@ func requestLineFamily(b []byte) stream.Family {
 	return familyOf(target[:end])
 }
 
-// Write writes all of p (see rawSocket).
+// Write writes all of p (see rawSocket). The write that ends an answer armed by awaitAfter
+// also waits for the client's next request (writeAwait).
 func (c *clientConn) Write(p []byte) (int, error) {
+	if h := c.answer; h != nil && len(p) < writeBufferSize {
+		// fasthttp writes an answer through a bufio.Writer of writeBufferSize: every write
+		// before the last is a full buffer or more, and the last (the flush) is shorter, as
+		// a rule. One of exactly the buffer's size, or a body written past the buffer, is
+		// not told from the ones before it: that answer ends without the wait.
+		c.answer = nil
+		if !h.ConnectionClose() && c.ahead == nil && len(c.pending) == 0 {
+			return c.writeAwait(p)
+		}
+	}
 	n, err := c.sock.write(p)
 	if err != nil {
 		err = c.opError("write", err)
 	}
 	return n, err
+}
+
+// writeAwait writes the end of an answer and waits, in the same call, until the client's next
+// request arrives (or the connection ends, or the read deadline passes), so that the read that
+// follows finds it. Without the wait, fasthttp's read of the next request's first byte would
+// look first and find nothing, as the client sends it only once it has the answer: a system
+// call for nothing on every keep-alive request (600 ns on the VM of BENCHMARKS.md), which
+// nginx does not make. The connection counts as idle while it waits (Server.Shutdown closes
+// it); whatever ended the wait, the read that follows finds it.
+func (c *clientConn) writeAwait(p []byte) (int, error) {
+	c.waitMu.Lock()
+	c.awaiting = true
+	c.waits++
+	c.waitMu.Unlock()
+	n, _, err := c.sock.sendAwait(p, time.Time{})
+	c.idle.Store(false)
+	c.waitMu.Lock()
+	c.awaiting = false
+	poked := c.poked
+	c.poked = false
+	c.waitMu.Unlock()
+	if poked {
+		// endLongWaits set a read deadline in the past: the next one fasthttp sets must reach
+		// the socket (SetReadDeadline keeps one that is close enough to the last it set).
+		c.rset = time.Time{}
+	}
+	if err == nil && n < len(p) { // a full send buffer: wait for room as any write does
+		var m int
+		m, err = c.sock.write(p[n:])
+		n += m
+	}
+	if err != nil {
+		err = c.opError("write", err)
+	}
+	return n, err
+}
+
+// atRequestEnd reports whether what Read returned since the request's first byte ends where
+// the request ends, a head of headSize bytes and a body of bodyLen bytes as sent (chunked
+// framing makes it more): then fasthttp holds no bytes of a next request, and reads it from
+// the connection. Once per request: it forgets the head's size.
+func (c *clientConn) atRequestEnd(bodyLen int) bool {
+	size := c.head.size
+	c.head.size = 0
+	return !c.head.on && size > 0 && c.delivered == size+bodyLen
+}
+
+// awaitAfter arms the write that ends the answer of h (fasthttp writes it once the handler
+// returns) to wait for the client's next request (writeAwait), unless the answer closes the
+// connection. The handler calls it only for an answer fasthttp writes itself, on a request
+// that ended at its last byte (atRequestEnd). Read disarms it: it comes after the answer.
+func (c *clientConn) awaitAfter(h *fasthttp.ResponseHeader) { c.answer = h }
+
+// Close closes the connection and takes it off the server's list.
+func (c *clientConn) Close() error {
+	c.conns.remove(c)
+	return c.TCPConn.Close()
 }
 
 // opError wraps err as net.TCPConn's Read and Write would.

@@ -40,7 +40,7 @@ func loopbackPair(t testing.TB, wrap func(net.Listener) net.Listener) (accepted,
 // clientPair returns a clientConn accepted through clientListener and the peer's end.
 func clientPair(t *testing.T) (*clientConn, net.Conn) {
 	t.Helper()
-	c, peer := loopbackPair(t, func(ln net.Listener) net.Listener { return clientListener{ln} })
+	c, peer := loopbackPair(t, func(ln net.Listener) net.Listener { return clientListener{Listener: ln} })
 	cc, ok := c.(*clientConn)
 	if !ok {
 		t.Fatalf("Accept returned %T, want *clientConn", c)
@@ -218,20 +218,21 @@ func TestHeadScan(t *testing.T) {
 		name, in string
 		bare     bool
 		ended    bool // the head's end was seen
+		body     int  // bytes after the head's end (its size is the rest)
 	}{
-		{"CRLF head", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true},
-		{"CRLF head, a body with bare LFs", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n{\n\n}\n\n", false, true},
-		{"request line alone", "GET / HTTP/1.0\r\n\r\n", false, true},
-		{"empty lines before the request line", "\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true},
-		{"folded header", "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", false, true},
-		{"a CR before the CRLF is no empty line", "GET / HTTP/1.1\r\nX: a\r\r\n\r\n", false, true},
-		{"head not ended", "GET / HTTP/1.1\r\nHost: x\r\n", false, false},
-		{"LF only", "GET / HTTP/1.1\nHost: x\n\n", true, false},
-		{"CRLF request line, LF headers", "GET / HTTP/1.1\r\nHost: x\n\n", true, false},
-		{"LF terminator", "GET / HTTP/1.1\r\nHost: x\r\n\n", true, false},
-		{"LF request line", "GET / HTTP/1.1\nHost: x\r\n\r\n", true, false},
-		{"LF before the request line", "\nGET / HTTP/1.1\r\n\r\n", true, false},
-		{"bare LF after a CR that is not its own", "GET / HTTP/1.1\r\nX: a\r\r\n\n", true, false},
+		{"CRLF head", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true, 0},
+		{"CRLF head, a body with bare LFs", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n{\n\n}\n\n", false, true, 6},
+		{"request line alone", "GET / HTTP/1.0\r\n\r\n", false, true, 0},
+		{"empty lines before the request line", "\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", false, true, 0},
+		{"folded header", "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", false, true, 0},
+		{"a CR before the CRLF is no empty line", "GET / HTTP/1.1\r\nX: a\r\r\n\r\n", false, true, 0},
+		{"head not ended", "GET / HTTP/1.1\r\nHost: x\r\n", false, false, 0},
+		{"LF only", "GET / HTTP/1.1\nHost: x\n\n", true, false, 0},
+		{"CRLF request line, LF headers", "GET / HTTP/1.1\r\nHost: x\n\n", true, false, 0},
+		{"LF terminator", "GET / HTTP/1.1\r\nHost: x\r\n\n", true, false, 0},
+		{"LF request line", "GET / HTTP/1.1\nHost: x\r\n\r\n", true, false, 0},
+		{"LF before the request line", "\nGET / HTTP/1.1\r\n\r\n", true, false, 0},
+		{"bare LF after a CR that is not its own", "GET / HTTP/1.1\r\nX: a\r\r\n\n", true, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Whole, then cut in two at every byte, then one byte at a time.
@@ -251,6 +252,11 @@ func TestHeadScan(t *testing.T) {
 				}
 				if bare != tc.bare || !bare && h.on == tc.ended {
 					t.Fatalf("read as %q: bare %v, ended %v; want bare %v, ended %v", parts, bare, !h.on, tc.bare, tc.ended)
+				}
+				// The head's size: to its empty line, the body not counted; all that was
+				// scanned while it has not ended.
+				if want := len(tc.in) - tc.body; !bare && h.size != want {
+					t.Fatalf("read as %q: head size %d, want %d", parts, h.size, want)
 				}
 			}
 		})

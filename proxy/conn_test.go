@@ -184,3 +184,84 @@ func TestStreamWriteDeadlineDoesNotOutliveTheStream(t *testing.T) {
 		}
 	}
 }
+
+// readAnswer reads one answer from br and returns its status and body.
+func readAnswer(t *testing.T, br *bufio.Reader) (int, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// An answer's last write waits for the client's next request (clientConn.writeAwait). Answers
+// of every size keep serving the connection: one that goes out in a single write, one past the
+// write buffer whose last write is shorter than it, and one whose body goes out past the
+// buffer in a write of its own. Then a request that closes its connection, and one from an
+// HTTP/1.0 client, get their answer and the connection's end at once, not at a timeout.
+func TestKeepAliveAnswersOfEverySizeThenTheEnd(t *testing.T) {
+	sizes := []int{0, 40 << 10, 70 << 10, 0}
+	var steps []pt.Step
+	var want []string
+	for _, n := range sizes {
+		b := pt.ChatCompletion(strings.Repeat("x", n))
+		steps = append(steps, pt.JSON(200, b))
+		want = append(want, b)
+	}
+	up := upstream(t, steps...)
+	s := start(t, targets(up.URL)...)
+	c := dial(t, s.Addr)
+	br := bufio.NewReader(c)
+	for i := range sizes {
+		rawPost(t, c, "HTTP/1.1", chatBody)
+		if status, body := readAnswer(t, br); status != 200 || body != want[i] {
+			t.Fatalf("answer %d: %d, %d bytes, want 200 and %d bytes", i, status, len(body), len(want[i]))
+		}
+		time.Sleep(20 * time.Millisecond) // the server waits for the next request
+	}
+	for _, end := range []struct{ proto, header string }{{"HTTP/1.1", "Connection: close"}, {"HTTP/1.0", ""}} {
+		c := dial(t, s.Addr)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		var extra []string
+		if end.header != "" {
+			extra = append(extra, end.header)
+		}
+		rawPost(t, c, end.proto, chatBody, extra...)
+		br := bufio.NewReader(c)
+		if status, _ := readAnswer(t, br); status != 200 {
+			t.Fatalf("%s %s: %d", end.proto, end.header, status)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("%s %s: after the answer: %v, want the connection's end", end.proto, end.header, err)
+		}
+	}
+}
+
+// Requests that arrive together (a pipelining client) are answered in order: the first
+// answer must not wait for a request that is already read.
+func TestPipelinedRequestsGetEveryAnswer(t *testing.T) {
+	up := upstream(t)
+	s := start(t, targets(up.URL)...)
+	c := dial(t, s.Addr)
+	br := bufio.NewReader(c)
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(len(chatBody)) + "\r\n\r\n" + chatBody
+	if _, err := io.WriteString(c, req+req+req); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if status, _ := readAnswer(t, br); status != 200 {
+			t.Fatalf("answer %d: %d", i, status)
+		}
+	}
+	// Then one request at a time, on the same connection.
+	rawPost(t, c, "HTTP/1.1", chatBody)
+	if status, _ := readAnswer(t, br); status != 200 {
+		t.Fatalf("the request after the pipelined ones: %d", status)
+	}
+}

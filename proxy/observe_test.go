@@ -534,3 +534,39 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 		t.Errorf("a client's escape sequence reached the terminal: %q", line)
 	}
 }
+
+// A keep-alive connection whose answer's last write waits for the next request
+// (clientConn.writeAwait) is idle to Shutdown: closed at once, not left to its read timeout.
+func TestShutdownClosesAConnectionWaitingAfterAnAnswer(t *testing.T) {
+	s := start(t, targets(upstream(t).URL)...)
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+		fmt.Sprint(len(chatBody)) + "\r\n\r\n" + chatBody
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer: %d, %v", resp.StatusCode, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	begin := time.Now()
+	s.Srv.Shutdown(ctx)
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with one connection waiting after an answer", took)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the waiting connection is still open after shutdown")
+	}
+}

@@ -122,10 +122,6 @@ func (ex *exchange) serveStream(c net.Conn) {
 				return
 			}
 			serve = cc
-			// Listed before closing is looked at again: a shutdown that began meanwhile either
-			// is seen here or finds the connection in the list (Server.closeIdleHandedBack).
-			s.handedBack.Store(cc, nil)
-			defer s.handedBack.Delete(cc)
 		}
 		if !s.closing.Load() {
 			s.proxy.ServeConn(serve) // the connection's own end: nothing to report

@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -45,6 +46,11 @@ type rawSocket struct {
 	awaiting bool      // p was written whole: the callback waits for something to read
 	anchor   time.Time // a reading sent is taken as anchor advanced by the monotonic clock
 	sent     time.Time // when p was written whole
+
+	// A client connection's socket (clientConn.writeAwait) waits after an answer for the
+	// client's next request, not for an answer: idle is set once the answer is out, and stop
+	// (the server's shutdown) ends the wait before it begins. nil on an upstream socket.
+	idle, stop *atomic.Bool
 }
 
 func (s *rawSocket) init(raw syscall.RawConn) {
@@ -92,6 +98,9 @@ func (s *rawSocket) lookOnce(fd uintptr) bool {
 // read, the read deadline, a closed connection), the caller's own wait and read find it. A
 // RawConn that refuses the call (closed, or its read deadline already past) writes nothing:
 // the caller writes all of p.
+//
+// On a client connection's socket (idle set) sent is not taken: the wait is for the client's
+// next request, idle is set as it begins, and none begins once stop is set.
 func (s *rawSocket) sendAwait(p []byte, anchor time.Time) (n int, sent time.Time, err error) {
 	s.wbuf, s.wn, s.werr, s.awaiting, s.anchor, s.sent = p, 0, nil, false, anchor, time.Time{}
 	s.raw.Read(s.sendFn) // how the wait ended is for the caller's own wait and read to find
@@ -113,8 +122,12 @@ func (s *rawSocket) sendThenWait(fd uintptr) bool {
 	if s.werr != nil || s.wn < len(s.wbuf) {
 		return true
 	}
-	s.sent = s.anchor.Add(time.Since(s.anchor))
 	s.awaiting = true
+	if s.idle != nil {
+		s.idle.Store(true) // before stop is read: a shutdown either sees it or is seen (Server.closeIdle)
+		return s.stop.Load()
+	}
+	s.sent = s.anchor.Add(time.Since(s.anchor))
 	return false
 }
 

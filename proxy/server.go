@@ -42,6 +42,14 @@ import (
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
+// writeBufferSize is the buffer fasthttp writes an answer through. It is lent per answer
+// (ReduceMemoryUsage; a committed stream writes on its own), so its size costs memory only
+// while an answer is written. fasthttp sends an answer larger than the buffer with writev on
+// a *net.TCPConn, but client connections are clientConns: sized so that a typical answer
+// (head and body) goes out in one write, the one that waits for the next request
+// (clientConn.Write).
+const writeBufferSize = 32 << 10
+
 // clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
 // they only stop a stuck or hostile client from holding a connection: a request (headers and
 // body) must arrive within it, and an idle keep-alive connection is closed after it. One value
@@ -77,13 +85,14 @@ type Server struct {
 	// a WaitGroup's Add from zero must happen before its Wait.
 	active  atomic.Int64
 	closing atomic.Bool // shutdown began: not ready, no new attempts after the current ones
-	// handedBack holds the client connections a clean stream gave back to the server
-	// (*clientConn, while ServeConn serves them): Shutdown closes those that wait idle.
-	handedBack sync.Map
-	abort      atomic.Bool   // the shutdown timeout passed: end what remains
-	prober     prober        // the background probe of targets ejected for timing out
-	quit       chan struct{} // closed at Shutdown: ends AdaptProcs
-	quitOnce   sync.Once
+	// conns are the open client connections: Shutdown closes those that wait for a request,
+	// and a wait after an answer longer than waitTick is ended (clientConns.endLongWaits).
+	conns    clientConns
+	waitTick time.Duration
+	abort    atomic.Bool   // the shutdown timeout passed: end what remains
+	prober   prober        // the background probe of targets ejected for timing out
+	quit     chan struct{} // closed at Shutdown: ends AdaptProcs
+	quitOnce sync.Once
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -106,7 +115,7 @@ type Options struct {
 
 // New builds the server from a validated configuration.
 func New(cfg *Config, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, log: opts.Logger, clock: opts.Clock}
+	s := &Server{cfg: cfg, log: opts.Logger, clock: opts.Clock, waitTick: waitTick}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -161,13 +170,8 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		// A committed stream hijacks its connection and hands it back with ServeConn after a
 		// clean end (commit.go): fasthttp must not close it when the hijack handler returns.
 		KeepHijackedConns: true,
-		// The write buffer is lent per response (ReduceMemoryUsage; a committed stream writes
-		// on its own), so its size costs memory only while a response is written. fasthttp
-		// sends a response larger than the buffer with writev on a *net.TCPConn, but client
-		// connections are clientConns: sized so that a typical answer (head and body) goes
-		// out in one write.
-		WriteBufferSize: 32 << 10,
-		Logger:          quietLogger{},
+		WriteBufferSize:   writeBufferSize,
+		Logger:            quietLogger{},
 	}
 	s.probes = &fasthttp.Server{
 		Handler:               s.serveProbes,
@@ -197,7 +201,10 @@ type quietLogger struct{}
 func (quietLogger) Printf(string, ...any) {}
 
 // Serve answers proxy requests on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.proxy.Serve(clientListener{ln}) }
+func (s *Server) Serve(ln net.Listener) error {
+	go s.conns.endLongWaits(s.quit, s.waitTick)
+	return s.proxy.Serve(clientListener{Listener: ln, conns: &s.conns, closing: &s.closing})
+}
 
 // ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
@@ -224,14 +231,15 @@ func (s *Server) Shutdown(ctx context.Context) {
 		}
 	}()
 	// fasthttp closes an idle keep-alive connection at shutdown, but counts one it was handed
-	// with ServeConn (after a stream) as idle only 5 s after the handover: those are closed
-	// here while they wait for a request, until the drain is over.
+	// with ServeConn (after a stream) as idle only 5 s after the handover, and one whose answer
+	// waits for the next request in its last write (clientConn.writeAwait) not at all: every
+	// connection that waits for a request is closed here, until the drain is over.
 	stopIdle := make(chan struct{})
 	go func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			s.closeIdleHandedBack()
+			s.conns.closeIdle()
 			select {
 			case <-stopIdle:
 				return
@@ -262,18 +270,6 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, t := range s.targets {
 		t.pool.closeIdle()
 	}
-}
-
-// closeIdleHandedBack closes the connections given back after a stream that are waiting for
-// their next request. One whose request arrives at the same moment is lost, as with fasthttp's
-// own closing of idle connections; the client sees a closed keep-alive connection and retries.
-func (s *Server) closeIdleHandedBack() {
-	s.handedBack.Range(func(k, _ any) bool {
-		if c := k.(*clientConn); c.idle.Load() {
-			c.Close()
-		}
-		return true
-	})
 }
 
 // Ready reports whether at least one target is not ejected, and the server is not shutting
@@ -334,8 +330,21 @@ func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
 	return true
 }
 
-// serveProxy is the proxy listener's handler.
+// serveProxy is the proxy listener's handler. An answer fasthttp writes on a request that
+// ended at its last byte waits for the client's next request in its last write
+// (clientConn.writeAwait); a stream writes its answer itself, and a request read with bytes
+// of the next one has that one in fasthttp's buffer already.
 func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
+	cc, _ := ctx.Conn().(*clientConn)
+	atEnd := cc != nil && cc.atRequestEnd(len(ctx.Request.Body()))
+	s.serveRequest(ctx)
+	if atEnd && !ctx.Hijacked() {
+		cc.awaitAfter(&ctx.Response.Header)
+	}
+}
+
+// serveRequest answers a request on the proxy listener.
+func (s *Server) serveRequest(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	unframed := len(ctx.PostBody()) == 0 && identityCoded(ctx.Request.Header.RawHeaders())
 	if !unframed && !bytes.HasPrefix(path, prefixV1) && s.serveHealth(ctx, path) {
