@@ -76,12 +76,15 @@ func (cs *clientConns) remove(c *clientConn) {
 	cs.mu.Unlock()
 }
 
-// endLongWaits runs until quit is closed: every tick (waitTick), it ends the waits of writeAwait that
-// have lasted since its last look (between one and two ticks), with a read deadline in the
-// past. A wait holds fasthttp's write buffer (writeBufferSize, lent per answer), which an idle
-// keep-alive connection should not keep: one whose client sends nothing for a while gives it
-// back and waits for its next request as it did before (a read that looks once first). Under
-// load a client's next request follows its answer within milliseconds, and no wait is ended.
+// endLongWaits runs until quit is closed: every tick (waitTick), it ends the waits of
+// writeAwait that have lasted since its last look (between one and two ticks), with a read
+// deadline in the past. A wait holds fasthttp's write buffer (writeBufferSize, lent per
+// answer), which an idle keep-alive connection should not keep: one whose client sends nothing
+// for a while gives it back and waits for its next request as it did before (a read that looks
+// once first). It also bounds a wait for a request that had arrived before it began, which the
+// poller forgot (clientConn.sequential): the read after it finds the request, and the next
+// answer does not wait. Under load a client's next request follows its answer within
+// milliseconds, and no wait is ended.
 func (cs *clientConns) endLongWaits(quit <-chan struct{}, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -113,8 +116,10 @@ func (cs *clientConns) endLongWaits(quit <-chan struct{}, every time.Duration) {
 }
 
 // waitTick is how often endLongWaits looks: a connection whose client is idle holds its write
-// buffer for less than twice as long. A variable for tests (read by New).
-var waitTick = time.Second
+// buffer for less than twice as long, and a request the wait missed (a client that sent it
+// before the answer, though it had waited for the answer before) waits as long at most. A
+// variable for tests (read by New).
+var waitTick = 50 * time.Millisecond
 
 // closeIdle closes the connections that wait for a request: a keep-alive connection between
 // requests, and one given back to the server after a stream. One whose request arrives at the
@@ -164,6 +169,15 @@ type clientConn struct {
 	// answer is the head of the answer fasthttp writes next, when that answer may wait for
 	// the client's next request in the write that ends it (awaitAfter); nil otherwise.
 	answer *fasthttp.ResponseHeader
+	// sequential: the client sent its last request only after it had the answer before it (the
+	// read of the request's first byte found nothing at first, or the wait after that answer
+	// ended when the request arrived). Only then does an answer wait (atRequestEnd): the poller
+	// forgets, as the wait begins, a request that arrived before it, which a client that does
+	// not wait for its answers (pipelining) may have sent while the handler ran.
+	// foundNone and wokeByData are this request's evidence, read when its first byte arrives;
+	// wrote tells that an answer was written before it (a connection's first request has
+	// none: that its read found nothing tells nothing of the client).
+	sequential, foundNone, wokeByData, wrote bool
 	// The wait of writeAwait, as clientConns.endLongWaits sees it: awaiting while it may wait,
 	// waits counts them, and poked tells that endLongWaits ended one with a past read deadline.
 	// seen is endLongWaits' own: the count it saw at its last look.
@@ -213,13 +227,19 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if c.bareLF {
 		return 0, errBareLF
 	}
-	if len(p) == 1 && !c.head.on {
+	first := len(p) == 1 && !c.head.on // a request's first byte
+	if first {
 		c.head = headScan{on: true}
 		c.delivered = 0
+		c.foundNone = false
 	}
 	c.answer = nil // a read comes after the answer's end, or instead of a wait for it
 	n, err := c.read(p)
 	c.delivered += n
+	if first && n > 0 {
+		c.sequential = c.wrote && (c.foundNone || c.wokeByData)
+		c.wokeByData, c.wrote = false, false
+	}
 	if c.head.on && n > 0 && c.head.bare(p[:n]) {
 		c.bareLF = true
 		if len(p) > 1 {
@@ -377,6 +397,7 @@ func (c *clientConn) readInto(fd uintptr) bool {
 	case syscall.EAGAIN:
 		readAheads.Put(a) // nothing yet: wait for the socket without the buffer
 		c.empty.Add(1)
+		c.foundNone = true
 		return false
 	case 0:
 	default:
@@ -407,6 +428,7 @@ func requestLineFamily(b []byte) stream.Family {
 // Write writes all of p (see rawSocket). The write that ends an answer armed by awaitAfter
 // also waits for the client's next request (writeAwait).
 func (c *clientConn) Write(p []byte) (int, error) {
+	c.wrote = true
 	if h := c.answer; h != nil && len(p) < writeBufferSize {
 		// fasthttp writes an answer through a bufio.Writer of writeBufferSize: every write
 		// before the last is a full buffer or more, and the last (the flush) is shorter, as
@@ -430,7 +452,9 @@ func (c *clientConn) Write(p []byte) (int, error) {
 // look first and find nothing, as the client sends it only once it has the answer: a system
 // call for nothing on every keep-alive request (600 ns on the VM of BENCHMARKS.md), which
 // nginx does not make. The connection counts as idle while it waits (Server.Shutdown closes
-// it); whatever ended the wait, the read that follows finds it.
+// it); whatever ended the wait, the read that follows finds it. A request that arrived before
+// the wait began is not seen by it (the poller forgets it as the wait begins): answers wait only
+// for clients that wait for them (sequential), and endLongWaits bounds the rest.
 func (c *clientConn) writeAwait(p []byte) (int, error) {
 	c.waitMu.Lock()
 	c.awaiting = true
@@ -438,6 +462,7 @@ func (c *clientConn) writeAwait(p []byte) (int, error) {
 	c.waitMu.Unlock()
 	n, _, err := c.sock.sendAwait(p, time.Time{})
 	c.idle.Store(false)
+	c.wokeByData = c.sock.woke
 	c.waitMu.Lock()
 	c.awaiting = false
 	poked := c.poked
@@ -459,14 +484,16 @@ func (c *clientConn) writeAwait(p []byte) (int, error) {
 	return n, err
 }
 
-// atRequestEnd reports whether what Read returned since the request's first byte ends where
-// the request ends, a head of headSize bytes and a body of bodyLen bytes as sent (chunked
-// framing makes it more): then fasthttp holds no bytes of a next request, and reads it from
-// the connection. Once per request: it forgets the head's size.
+// atRequestEnd reports whether this request's answer may wait for the next request: the
+// client sent this one only after the answer before it (sequential), and what Read returned
+// since the request's first byte ends where the request ends, a head of headSize bytes and a
+// body of bodyLen bytes as sent (chunked framing makes it more), so that fasthttp holds no
+// bytes of a next request and reads it from the connection. Once per request: it forgets the
+// head's size.
 func (c *clientConn) atRequestEnd(bodyLen int) bool {
 	size := c.head.size
 	c.head.size = 0
-	return !c.head.on && size > 0 && c.delivered == size+bodyLen
+	return c.sequential && !c.head.on && size > 0 && c.delivered == size+bodyLen
 }
 
 // awaitAfter arms the write that ends the answer of h (fasthttp writes it once the handler

@@ -44,6 +44,7 @@ type rawSocket struct {
 	// sendAwait's callback, and what it reports.
 	sendFn   func(fd uintptr) bool
 	awaiting bool      // p was written whole: the callback waits for something to read
+	woke     bool      // the wait ended with something to read (not a deadline or a close)
 	anchor   time.Time // a reading sent is taken as anchor advanced by the monotonic clock
 	sent     time.Time // when p was written whole
 
@@ -102,7 +103,7 @@ func (s *rawSocket) lookOnce(fd uintptr) bool {
 // On a client connection's socket (idle set) sent is not taken: the wait is for the client's
 // next request, idle is set as it begins, and none begins once stop is set.
 func (s *rawSocket) sendAwait(p []byte, anchor time.Time) (n int, sent time.Time, err error) {
-	s.wbuf, s.wn, s.werr, s.awaiting, s.anchor, s.sent = p, 0, nil, false, anchor, time.Time{}
+	s.wbuf, s.wn, s.werr, s.awaiting, s.woke, s.anchor, s.sent = p, 0, nil, false, false, anchor, time.Time{}
 	s.raw.Read(s.sendFn) // how the wait ended is for the caller's own wait and read to find
 	n, sent, err = s.wn, s.sent, s.werr
 	s.wbuf, s.werr = nil, nil
@@ -114,6 +115,7 @@ func (s *rawSocket) sendAwait(p []byte, anchor time.Time) (n int, sent time.Time
 // (wait) when it took all of it. Called again, once the poller saw something to read: true.
 func (s *rawSocket) sendThenWait(fd uintptr) bool {
 	if s.awaiting {
+		s.woke = true // the poller saw something to read: RawConn.Read calls again only then
 		return true
 	}
 	s.nowait = true

@@ -3,11 +3,14 @@ package proxy
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
 // The write that ends an answer waits for the client's next request: the read of that
@@ -138,7 +141,7 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
 		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	var cc *clientConn
-	for i := range 3 {
+	for i := range 4 { // the first answer does not wait: the client has not yet shown it waits for answers
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
 		}
@@ -151,6 +154,10 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 		}
 		if cc == nil {
 			cc = onlyClientConn(t, srv)
+		}
+		if i == 0 {
+			time.Sleep(20 * time.Millisecond)
+			continue
 		}
 		before := cc.empty.Load()
 		// Ended within two ticks; then the read for the next request looks once and waits.
@@ -166,5 +173,122 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 		if awaiting {
 			t.Fatalf("after answer %d: a wait in the answer's write goes on", i)
 		}
+	}
+}
+
+// startSlowServer starts a sidecar whose target answers every request after delay, with
+// endLongWaits looking every tick.
+func startSlowServer(t *testing.T, delay, tick time.Duration) (*Server, string) {
+	t.Helper()
+	defer func(d time.Duration) { waitTick = d }(waitTick)
+	waitTick = tick
+	up, err := pt.New(pt.Step{Body: pt.ChatCompletion("hi"), Header: []string{"Content-Type: application/json"}, Delay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_TARGET_0_NAME=t0"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) // ends with Shutdown
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	return srv, ln.Addr().String()
+}
+
+// slowClient is a raw keep-alive client of a slow server.
+type slowClient struct {
+	t   *testing.T
+	c   net.Conn
+	br  *bufio.Reader
+	req string
+}
+
+func dialSlow(t *testing.T, addr string) *slowClient {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
+	return &slowClient{t: t, c: c, br: bufio.NewReader(c), req: "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\n" +
+		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body}
+}
+
+func (s *slowClient) send() {
+	s.t.Helper()
+	if _, err := io.WriteString(s.c, s.req); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *slowClient) answer(name string) {
+	s.t.Helper()
+	resp, err := http.ReadResponse(s.br, nil)
+	if err != nil {
+		s.t.Fatalf("%s: %v", name, err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+		s.t.Fatalf("%s: %d, %v", name, resp.StatusCode, err)
+	}
+}
+
+// A client that sends its next request before it has the answer (pipelining), the request
+// arriving while the handler waits for the target: the answer must not wait for a request that
+// has already arrived, which the poller would not report again. endLongWaits looks too rarely
+// here to end such a wait: the answer comes at once or not at all.
+func TestAPipelinedRequestArrivingDuringTheHandlerIsServed(t *testing.T) {
+	_, addr := startSlowServer(t, 300*time.Millisecond, 10*time.Minute)
+	s := dialSlow(t, addr)
+	s.send()
+	time.Sleep(100 * time.Millisecond) // the first request is read; its answer is not written yet
+	s.send()
+	s.answer("answer 1")
+	begin := time.Now()
+	s.answer("answer 2")
+	// The second answer takes the target's 300 ms; a missed request would wait for the read
+	// deadline (120 s), past the client's (20 s).
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Fatalf("the second answer took %v", took)
+	}
+}
+
+// A client that waited for its answers and then pipelines one request: the wait after the
+// answer before it misses that request, and endLongWaits ends the wait within two looks; the
+// request is served, and the answers after it do not wait (the client no longer counts as
+// one that waits for its answers) until it waits again.
+func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
+	srv, addr := startSlowServer(t, 300*time.Millisecond, 50*time.Millisecond)
+	s := dialSlow(t, addr)
+	for i := range 2 { // sequential: the second answer waits for the next request
+		s.send()
+		s.answer("sequential answer " + strconv.Itoa(i))
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.send()
+	time.Sleep(100 * time.Millisecond) // read; its answer waits, armed
+	s.send()                           // arrives before that wait begins
+	s.answer("the answer before the pipelined request")
+	begin := time.Now()
+	s.answer("the pipelined request's answer")
+	// 300 ms at the target, and two looks (100 ms) at most for the missed request: far less
+	// than the read deadline.
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Fatalf("the pipelined request was answered after %v", took)
+	}
+	cc := onlyClientConn(t, srv)
+	srv.Shutdown(t.Context()) // the connection's goroutine is done with it: its fields may be read
+	if cc.sequential {
+		t.Fatal("a client that sent a request before its answer still counts as one that waits")
 	}
 }
