@@ -178,6 +178,11 @@ type clientConn struct {
 	// wrote tells that an answer was written before it (a connection's first request has
 	// none: that its read found nothing tells nothing of the client).
 	sequential, foundNone, wokeByData, wrote bool
+	// afterPoke: the wait after the last answer was ended by endLongWaits. pipelines: the read
+	// after such a wait found the next request there at once, which the wait missed (the
+	// client sent it before it had the answer): its answers never wait again, however long it
+	// waits between its bursts of requests.
+	afterPoke, pipelines bool
 	// The wait of writeAwait, as clientConns.endLongWaits sees it: awaiting while it may wait,
 	// waits counts them, and poked tells that endLongWaits ended one with a past read deadline.
 	// seen is endLongWaits' own: the count it saw at its last look.
@@ -237,8 +242,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.read(p)
 	c.delivered += n
 	if first && n > 0 {
-		c.sequential = c.wrote && (c.foundNone || c.wokeByData)
-		c.wokeByData, c.wrote = false, false
+		c.pipelines = c.pipelines || c.afterPoke && !c.foundNone
+		c.sequential = c.wrote && !c.pipelines && (c.foundNone || c.wokeByData)
+		c.wokeByData, c.wrote, c.afterPoke = false, false, false
 	}
 	if c.head.on && n > 0 && c.head.bare(p[:n]) {
 		c.bareLF = true
@@ -468,6 +474,7 @@ func (c *clientConn) writeAwait(p []byte) (int, error) {
 	poked := c.poked
 	c.poked = false
 	c.waitMu.Unlock()
+	c.afterPoke = poked
 	if poked {
 		// endLongWaits set a read deadline in the past: the next one fasthttp sets must reach
 		// the socket (SetReadDeadline keeps one that is close enough to the last it set).

@@ -292,3 +292,36 @@ func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
 		t.Fatal("a client that sent a request before its answer still counts as one that waits")
 	}
 }
+
+// A client that waits for its answers, then sends pairs of requests (the second while the
+// handler of the first waits for the target), with an idle gap before each pair: the wait
+// after the first pair's first answer misses the second request, and is ended within two
+// looks (2 s here); the client is then remembered as one that pipelines, and no later pair's
+// request waits for a look, though the gap before each pair makes its first read find nothing.
+func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
+	srv, addr := startSlowServer(t, 150*time.Millisecond, time.Second)
+	s := dialSlow(t, addr)
+	for i := range 2 {
+		s.send()
+		s.answer("sequential answer " + strconv.Itoa(i))
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 4 {
+		s.send()
+		time.Sleep(50 * time.Millisecond) // read; its answer waits for the target
+		s.send()
+		s.answer("the first answer of pair " + strconv.Itoa(i))
+		begin := time.Now()
+		s.answer("the second answer of pair " + strconv.Itoa(i))
+		// 150 ms at the target; a missed request waits one look at least (1 s).
+		if took := time.Since(begin); i > 0 && took > 900*time.Millisecond {
+			t.Fatalf("pair %d: the second answer took %v", i, took)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	cc := onlyClientConn(t, srv)
+	srv.Shutdown(t.Context()) // the connection's goroutine is done with it: its fields may be read
+	if !cc.pipelines {
+		t.Fatal("a client whose request a wait missed is not remembered as one that pipelines")
+	}
+}
