@@ -91,7 +91,7 @@ type Server struct {
 	waitTick time.Duration
 	abort    atomic.Bool   // the shutdown timeout passed: end what remains
 	prober   prober        // the background probe of targets ejected for timing out
-	quit     chan struct{} // closed at Shutdown: ends AdaptProcs
+	quit     chan struct{} // closed at Shutdown: ends AdaptProcs and endLongWaits
 	quitOnce sync.Once
 }
 
