@@ -355,7 +355,14 @@ func benchCompletion(size int) string {
 func startCannedServer(t *testing.T) (*Server, string) {
 	t.Helper()
 	up := startCannedUpstream(t, cannedResponse("application/json", benchCompletion(641)), nil)
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + up + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
+	return startServer(t, "http://"+up+"/v1")
+}
+
+// startServer runs a Server, logging at info level as in production, whose one target (t0) is
+// at url. It returns the server and its proxy listener's address; the caller shuts it down.
+func startServer(t *testing.T, url string) (*Server, string) {
+	t.Helper()
+	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + url, "FAILOVER_TARGET_0_NAME=t0"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

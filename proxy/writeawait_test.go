@@ -3,10 +3,10 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,44 +21,21 @@ import (
 func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
 	srv, addr := startCannedServer(t)
 	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	s := dialRaw(t, addr)
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
-	plain := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
-		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
-	roundTrip := func(req string) {
-		t.Helper()
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("answer: %d, %v", resp.StatusCode, err)
-		}
-		// The server is in its wait (or its read) well before the next request is sent.
-		time.Sleep(20 * time.Millisecond)
-	}
-	roundTrip(plain)
+	s.roundTrip(s.req, "the first answer")
 	cc := onlyClientConn(t, srv)
-	base := cc.empty.Load() // the first request's read may have come before the request
-	for range 4 {
-		roundTrip(plain)
+	base := cc.empty.Load() // the reads before the first answers: they do not wait (not yet sequential)
+	for i := range 4 {
+		s.roundTrip(s.req, "answer "+strconv.Itoa(i))
 	}
 	if n := cc.empty.Load() - base; n != 0 {
 		t.Fatalf("%d reads of a next request found nothing after answers that wait for it", n)
 	}
-	roundTrip(chunked) // its answer does not wait
-	roundTrip(plain)
+	s.roundTrip(chunked, "the chunked request's answer") // it does not wait
+	s.roundTrip(s.req, "the answer after it")
 	if n := cc.empty.Load() - base; n != 1 {
 		t.Fatalf("%d reads found nothing after an answer that does not wait, want 1", n)
 	}
@@ -126,39 +103,13 @@ func TestClientConnectionsAreListedWhileOpen(t *testing.T) {
 // connection waits for its next request as it did before (a read that looks once first), and
 // serves it: the past read deadline that ended the wait is not left on the socket.
 func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
-	defer func(d time.Duration) { waitTick = d }(waitTick)
-	waitTick = 20 * time.Millisecond
-	srv, addr := startCannedServer(t)
-	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
-	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
-		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	var cc *clientConn
-	for i := range 4 { // the first answer does not wait: the client has not yet shown it waits for answers
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("request %d: %d, %v", i, resp.StatusCode, err)
-		}
-		if cc == nil {
-			cc = onlyClientConn(t, srv)
-		}
-		if i == 0 {
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
+	srv, addr := startSlowServer(t, 0, 20*time.Millisecond)
+	s := dialRaw(t, addr)
+	s.roundTrip(s.req, "the first answer") // does not wait: the client has not yet shown it waits for answers
+	cc := onlyClientConn(t, srv)
+	for i := range 3 {
+		s.sendRaw(s.req)
+		s.answer("answer " + strconv.Itoa(i))
 		before := cc.empty.Load()
 		// Ended within two ticks; then the read for the next request looks once and waits.
 		for deadline := time.Now().Add(5 * time.Second); cc.empty.Load() == before; {
@@ -176,43 +127,37 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 	}
 }
 
-// startSlowServer starts a sidecar whose target answers every request after delay, with
-// endLongWaits looking every tick.
-func startSlowServer(t *testing.T, delay, tick time.Duration) (*Server, string) {
+// startScripted starts a sidecar whose one target plays steps (the last one again and again),
+// with endLongWaits looking every tick; it is shut down when the test ends.
+func startScripted(t *testing.T, tick time.Duration, steps ...pt.Step) (*Server, string) {
 	t.Helper()
 	defer func(d time.Duration) { waitTick = d }(waitTick)
-	waitTick = tick
-	up, err := pt.New(pt.Step{Body: pt.ChatCompletion("hi"), Header: []string{"Content-Type: application/json"}, Delay: delay})
+	waitTick = tick // read by New
+	up, err := pt.New(steps...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(up.Close)
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL, "FAILOVER_TARGET_0_NAME=t0"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) // ends with Shutdown
+	srv, addr := startServer(t, up.URL)
 	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	return srv, ln.Addr().String()
+	return srv, addr
 }
 
-// slowClient is a raw keep-alive client of a slow server.
-type slowClient struct {
+// startSlowServer is startScripted with a target that answers every request after delay.
+func startSlowServer(t *testing.T, delay, tick time.Duration) (*Server, string) {
+	t.Helper()
+	return startScripted(t, tick, pt.Step{Body: pt.ChatCompletion("hi"), Header: []string{"Content-Type: application/json"}, Delay: delay})
+}
+
+// rawClient is a keep-alive client of the proxy listener on a raw connection.
+type rawClient struct {
 	t   *testing.T
 	c   net.Conn
 	br  *bufio.Reader
-	req string
+	req string // a chat completion request with a Content-Length body
 }
 
-func dialSlow(t *testing.T, addr string) *slowClient {
+func dialRaw(t *testing.T, addr string) *rawClient {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -220,27 +165,103 @@ func dialSlow(t *testing.T, addr string) *slowClient {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
-	return &slowClient{t: t, c: c, br: bufio.NewReader(c), req: "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\n" +
-		"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body}
+	return &rawClient{t: t, c: c, br: bufio.NewReader(c), req: postRequest("HTTP/1.1", "")}
 }
 
-func (s *slowClient) send() {
+// postRequest is a chat completion request with a Content-Length body; header, when not
+// empty, is one more header line.
+func postRequest(proto, header string) string {
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
+	if header != "" {
+		header += "\r\n"
+	}
+	return "POST /v1/chat/completions " + proto + "\r\nHost: sidecar\r\nContent-Type: application/json\r\n" + header +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}
+
+// send writes the chat request; sendRaw writes req as it is.
+func (s *rawClient) send() { s.sendRaw(s.req) }
+
+func (s *rawClient) sendRaw(req string) {
 	s.t.Helper()
-	if _, err := io.WriteString(s.c, s.req); err != nil {
+	if _, err := io.WriteString(s.c, req); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
-func (s *slowClient) answer(name string) {
+// answer reads one whole 200 answer and returns its body.
+func (s *rawClient) answer(name string) string {
 	s.t.Helper()
 	resp, err := http.ReadResponse(s.br, nil)
 	if err != nil {
 		s.t.Fatalf("%s: %v", name, err)
 	}
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
 		s.t.Fatalf("%s: %d, %v", name, resp.StatusCode, err)
 	}
+	return string(body)
+}
+
+// roundTrip sends req, reads its answer, and leaves the server time to begin its wait (or its
+// read) before the next request: the client waits for its answers.
+func (s *rawClient) roundTrip(req, name string) string {
+	s.t.Helper()
+	s.sendRaw(req)
+	body := s.answer(name)
+	time.Sleep(20 * time.Millisecond)
+	return body
+}
+
+// Answers of every size keep serving the connection: one that goes out in a single write, one
+// past the write buffer whose last write is shorter than it, and one whose body goes out past
+// the buffer in a write of its own (only the write that ends an answer may wait). Then, after
+// an answer that would wait, a request that closes its connection and one from an HTTP/1.0
+// client get their answer and the connection's end. endLongWaits looks too rarely here to end
+// a wait: a wrong one shows as a client's timeout.
+func TestAnswersOfEverySizeThenTheEnd(t *testing.T) {
+	var steps []pt.Step
+	var want []string
+	for _, n := range []int{0, 40 << 10, 70 << 10, 0} {
+		b := pt.ChatCompletion(strings.Repeat("x", n))
+		steps = append(steps, pt.JSON(200, b))
+		want = append(want, b)
+	}
+	steps = append(steps, pt.JSON(200, pt.ChatCompletion("more")))
+	_, addr := startScripted(t, 10*time.Minute, steps...)
+	s := dialRaw(t, addr)
+	for i := range want {
+		if body := s.roundTrip(s.req, "answer "+strconv.Itoa(i)); body != want[i] {
+			t.Fatalf("answer %d: %d bytes, want %d", i, len(body), len(want[i]))
+		}
+	}
+	for _, end := range []struct{ proto, keep, close string }{
+		{"HTTP/1.1", "", "Connection: close"},
+		{"HTTP/1.0", "Connection: keep-alive", ""},
+	} {
+		s := dialRaw(t, addr)
+		s.c.SetDeadline(time.Now().Add(5 * time.Second))
+		s.roundTrip(postRequest(end.proto, end.keep), end.proto+" keep-alive")
+		s.roundTrip(postRequest(end.proto, end.close), end.proto+" closing")
+		if _, err := s.br.ReadByte(); err != io.EOF {
+			t.Fatalf("%s %s: after the answer: %v, want the connection's end", end.proto, end.close, err)
+		}
+	}
+}
+
+// Requests that arrive together (a pipelining client) are answered in order: an answer must
+// not wait for a request that fasthttp has already read. endLongWaits looks too rarely here to
+// end a wait.
+func TestPipelinedRequestsGetEveryAnswer(t *testing.T) {
+	_, addr := startSlowServer(t, 0, 10*time.Minute)
+	s := dialRaw(t, addr)
+	s.roundTrip(s.req, "the first answer") // the client waits for its answers, at first
+	s.roundTrip(s.req, "the second answer")
+	s.sendRaw(s.req + s.req + s.req)
+	for i := range 3 {
+		s.answer("pipelined answer " + strconv.Itoa(i))
+	}
+	s.roundTrip(s.req, "the answer after the pipelined ones")
 }
 
 // A client that sends its next request before it has the answer (pipelining), the request
@@ -249,7 +270,7 @@ func (s *slowClient) answer(name string) {
 // here to end such a wait: the answer comes at once or not at all.
 func TestAPipelinedRequestArrivingDuringTheHandlerIsServed(t *testing.T) {
 	_, addr := startSlowServer(t, 300*time.Millisecond, 10*time.Minute)
-	s := dialSlow(t, addr)
+	s := dialRaw(t, addr)
 	s.send()
 	time.Sleep(100 * time.Millisecond) // the first request is read; its answer is not written yet
 	s.send()
@@ -269,7 +290,7 @@ func TestAPipelinedRequestArrivingDuringTheHandlerIsServed(t *testing.T) {
 // one that waits for its answers) until it waits again.
 func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
 	srv, addr := startSlowServer(t, 300*time.Millisecond, 50*time.Millisecond)
-	s := dialSlow(t, addr)
+	s := dialRaw(t, addr)
 	for i := range 2 { // sequential: the second answer waits for the next request
 		s.send()
 		s.answer("sequential answer " + strconv.Itoa(i))
@@ -300,7 +321,7 @@ func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
 // request waits for a look, though the gap before each pair makes its first read find nothing.
 func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
 	srv, addr := startSlowServer(t, 150*time.Millisecond, time.Second)
-	s := dialSlow(t, addr)
+	s := dialRaw(t, addr)
 	for i := range 2 {
 		s.send()
 		s.answer("sequential answer " + strconv.Itoa(i))
