@@ -49,7 +49,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 }
 
 // clientConns are the open client connections, for Shutdown to close those that wait for a
-// request (Server.closeIdle). A connection is listed once, when accepted, and left when closed.
+// request (closeIdle). A connection is listed once, when accepted, and left when closed.
 type clientConns struct {
 	mu sync.Mutex
 	m  map[*clientConn]struct{}
@@ -493,7 +493,7 @@ func (c *clientConn) writeAwait(p []byte) (int, error) {
 
 // atRequestEnd reports whether this request's answer may wait for the next request: the
 // client sent this one only after the answer before it (sequential), and what Read returned
-// since the request's first byte ends where the request ends, a head of headSize bytes and a
+// since the request's first byte ends where the request ends, a head of head.size bytes and a
 // body of bodyLen bytes as sent (chunked framing makes it more), so that fasthttp holds no
 // bytes of a next request and reads it from the connection. Once per request: it forgets the
 // head's size.

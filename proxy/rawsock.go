@@ -126,7 +126,7 @@ func (s *rawSocket) sendThenWait(fd uintptr) bool {
 	}
 	s.awaiting = true
 	if s.idle != nil {
-		s.idle.Store(true) // before stop is read: a shutdown either sees it or is seen (Server.closeIdle)
+		s.idle.Store(true) // before stop is read: a shutdown either sees it or is seen (clientConns.closeIdle)
 		return s.stop.Load()
 	}
 	s.sent = s.anchor.Add(time.Since(s.anchor))
