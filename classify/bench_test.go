@@ -38,6 +38,9 @@ func BenchmarkDecide(b *testing.B) {
 	def := defaultPolicy()
 	heavy := NewPolicy(Config{}, realisticRules(b, 64, 256, true), realisticRules(b, 64, 256, false), 10*time.Second)
 	worst := NewPolicy(Config{}, realisticRules(b, 64, MaxPatternBytes, true), realisticRules(b, 64, MaxPatternBytes, false), 10*time.Second)
+	// okChat with its content padded to the 641 bytes of testdata/bench/run.sh's completion.
+	empty := strings.Replace(okChat, `"content":"Hello"`, `"content":""`, 1)
+	chat641 := strings.Replace(empty, `"content":""`, `"content":"`+strings.Repeat("Hello! I am a benchmark answer of a realistic size, neither empty nor long. ", 8)[:641-len(empty)]+`"`, 1)
 	peek := []byte(strings.Repeat(`data: {"choices":[{"delta":{"content":"token "}}]}`+"\n\n", 128<<10/52))
 	cases := []struct {
 		name   string
@@ -45,6 +48,7 @@ func BenchmarkDecide(b *testing.B) {
 		out    Outcome
 	}{
 		{"defaults/200", def, Outcome{Status: 200, Body: []byte(okChat), Chat: true}},
+		{"defaults/200-641B", def, Outcome{Status: 200, Body: []byte(chat641), Chat: true}},
 		{"defaults/503", def, Outcome{Status: 503, Body: []byte(openAI503)}},
 		{"defaults/404-phrase", def, Outcome{Status: 404, Body: []byte(openAI404Model)}},
 		{"defaults/400-stop", def, Outcome{Status: 400, Body: []byte(openAI400)}},
