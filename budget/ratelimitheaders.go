@@ -121,8 +121,13 @@ var rateLimitByLen = func() (by [64][][2]uint8) {
 // line. The zero value is ready; a RateLimitScan holds views of the header values it was given,
 // so Figures must be called before they change. It allocates nothing.
 type RateLimitScan struct {
-	raw [len(rateLimitHeaders)][3][]byte // the first value of each name, nil when absent
+	raw   [len(rateLimitHeaders)][3][]byte // the first value of each name, nil when absent
+	taken bool                             // a line of one of the names was taken
 }
+
+// Taken reports whether any line was one of rateLimitHeaders: when none was, Figures reports
+// nothing and the answer has nothing to give a RateLimit.
+func (s *RateLimitScan) Taken() bool { return s.taken }
 
 // Header takes one header line. Names are compared ignoring case; a name sent twice is read
 // from its first line.
@@ -132,6 +137,7 @@ func (s *RateLimitScan) Header(key, value []byte) {
 	}
 	for _, n := range rateLimitByLen[len(key)] {
 		if bytes.EqualFold(rateLimitKeys[n[0]][n[1]], key) {
+			s.taken = true
 			if raw := &s.raw[n[0]][n[1]]; *raw == nil {
 				*raw = value[:len(value):len(value)]
 			}

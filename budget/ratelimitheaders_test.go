@@ -14,7 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// readRateLimit reads h's figures as the proxy does (observeRateLimit): one walk of its header lines.
+// readRateLimit reads h's figures as the proxy does (observeHead): one walk of its header lines.
 func readRateLimit(h *fasthttp.ResponseHeader, now time.Time) RateFigures {
 	var s RateLimitScan
 	for k, v := range h.All() {
@@ -368,5 +368,26 @@ func BenchmarkReadRateLimit(b *testing.B) {
 				readRateLimit(h, t0)
 			}
 		})
+	}
+}
+
+// TestRateLimitScanTaken: Taken is what lets the proxy skip Figures and Observe, so a scan that
+// took nothing must have nothing to report.
+func TestRateLimitScanTaken(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, name := range []string{"anthropic-messages", "anthropic-output-spent", "azure-chat", "azure-tokens-spent", "none", "openai-chat", "openai-daily-spent", "openai-requests-spent"} {
+		var s RateLimitScan
+		for k, v := range headerFixture(t, name).All() {
+			s.Header(k, v)
+		}
+		f := s.Figures(now)
+		if reported := f.Reported(); reported != s.Taken() || s.Taken() == (name == "none") {
+			t.Errorf("%s: Taken %v, figures reported %v", name, s.Taken(), reported)
+		}
+	}
+	var s RateLimitScan
+	s.Header([]byte("X-RateLimit-Remaining-Requests"), []byte("many")) // taken, though unreadable
+	if f := s.Figures(now); !s.Taken() || f.Reported() {
+		t.Errorf("a malformed figure: Taken %v, reported %v", s.Taken(), f.Reported())
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
 )
@@ -212,13 +211,7 @@ func (ex *exchange) do(a *attempt) {
 	a.status = resp.StatusCode()
 	a.ttfb = ex.tick().Sub(a.sent)
 	t.metrics.firstByte.Update(a.ttfb.Seconds())
-	a.retryAfter, a.hasRetryAfter = 0, false
-	if ra, ms := resp.Header.PeekBytes(headerRetryAfter), resp.Header.PeekBytes(headerRetryAfterMs); len(ra) > 0 || len(ms) > 0 {
-		// A date is the upstream's wall-clock time, so it is read against the wall clock
-		// (Options.Clock): what it gives is how long to wait from now.
-		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
-	}
-	ex.observeRateLimit(a)
+	ex.observeHead(a)
 
 	success := a.status >= 200 && a.status < 300
 	switch {

@@ -57,6 +57,22 @@ func TestRetryAfter(t *testing.T) {
 			t.Fatalf("calls %d", len(reqs))
 		}
 	})
+	t.Run("the first of two lines counts, in whatever case its name is sent", func(t *testing.T) {
+		// As a lookup by name would find it: the 60 that follows would transfer at once. The
+		// delay makes the upstream write the lines as they are.
+		twice := pt.JSON(429, "{}", "retry-after: 1", "Retry-After: 60", "RETRY-AFTER-MS: junk")
+		twice.Delay = time.Millisecond
+		a := upstream(t, twice, pt.JSON(200, pt.ChatCompletion("a")))
+		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
+		r := s.Post("/chat/completions", chatBody)
+		reqs := a.Requests()
+		if r.Status != 200 || len(reqs) != 2 {
+			t.Fatalf("status %d, %d calls", r.Status, len(reqs))
+		}
+		if gap := reqs[1].Received.Sub(reqs[0].Received); gap < 900*time.Millisecond {
+			t.Fatalf("retried after %v, the first Retry-After asked for 1s", gap)
+		}
+	})
 	t.Run("Retry-After: 60 transfers at once and the next request skips the target", func(t *testing.T) {
 		a := upstream(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 60"))
 		b := upstream(t)

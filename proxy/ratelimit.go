@@ -1,28 +1,50 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/llm-failover/failover/budget"
 )
 
-// observeRateLimit gives the quota figures of the answer whose head was just read to its
-// target's rate limit (README, Rate limits), on every answer whatever its status: a 200 that
-// shows a quota spent is what lets the next requests go elsewhere before a 429 costs them an
-// attempt. It reads policy time, as the selection that consults the limit does. It allocates
-// nothing, except for the log event of a limit that begins (and fasthttp's one allocation when
-// it walks the headers of an answer with a Trailer header).
-func (ex *exchange) observeRateLimit(a *attempt) {
-	now := ex.policyNow() // the head's reading (do)
+// observeHead reads the head of the answer just read, in one walk over its lines: its
+// Retry-After (or Retry-After-Ms) into a, and its quota figures for its target's rate limit
+// (README, Rate limits), on every answer whatever its status: a 200 that shows a quota spent is
+// what lets the next requests go elsewhere before a 429 costs them an attempt. A lookup per
+// name would walk the lines once per name. The rate limit reads policy time, as the selection
+// that consults it does. It allocates nothing, except for the log event of a limit that begins
+// (and fasthttp's one allocation when it walks the headers of an answer with a Trailer header).
+func (ex *exchange) observeHead(a *attempt) {
 	var scan budget.RateLimitScan
+	var ra, ms []byte
+	var hasRA, hasMs bool // the first line of each name counts, as a lookup would find it
 	for k, v := range ex.upResp.Header.All() {
-		scan.Header(k, v)
+		// fasthttp gives each name in canonical form (it normalises the head it reads).
+		switch {
+		case !hasRA && bytes.Equal(k, headerRetryAfter):
+			ra, hasRA = v, true
+		case !hasMs && bytes.Equal(k, headerRetryAfterMs):
+			ms, hasMs = v, true
+		default:
+			scan.Header(k, v)
+		}
 	}
+	a.retryAfter, a.hasRetryAfter = 0, false
+	if len(ra) > 0 || len(ms) > 0 {
+		// A date is the upstream's wall-clock time, so it is read against the wall clock
+		// (Options.Clock): what it gives is how long to wait from now.
+		a.retryAfter, a.hasRetryAfter = budget.ParseRetryAfter(ra, ms, time.Now())
+	}
+	if !scan.Taken() {
+		return // no figures: nothing for the rate limit (RateLimit.Observe)
+	}
+	now := ex.policyNow() // the head's reading (do)
 	f := scan.Figures(now)
 	if until, began := a.t.health.RateLimit().Observe(now, f); began {
 		ex.event(slog.LevelInfo, "target_ratelimited", a, slog.Float64("seconds", until.Sub(now).Seconds()))
