@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/hex"
 	"math/rand/v2"
 	"net"
@@ -155,8 +156,22 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
 	ex.model = jsonscan.AppendString(ex.model[:0], ex.fields.model)
-	ex.streaming = ex.fields.stream || acceptsEventStream(ctx.Request.Header.PeekBytes(headerAccept))
-	if id := ctx.Request.Header.PeekBytes(headerRequestID); validRequestID(id) {
+	// The three headers read here are found in one walk over the lines: a lookup per name
+	// normalises the name and walks them all. The first line of a name counts, as a lookup's.
+	var accept, id, parent []byte
+	var hasAccept, hasID, hasParent bool
+	for k, v := range ctx.Request.Header.All() {
+		switch {
+		case !hasAccept && bytes.EqualFold(k, headerAccept):
+			accept, hasAccept = v, true
+		case !hasID && bytes.EqualFold(k, headerRequestID):
+			id, hasID = v, true
+		case !hasParent && bytes.EqualFold(k, headerTraceparent):
+			parent, hasParent = v, true
+		}
+	}
+	ex.streaming = ex.fields.stream || acceptsEventStream(accept)
+	if validRequestID(id) {
 		ex.requestID = append(ex.requestID[:0], id...)
 	} else {
 		var b [16]byte
@@ -164,7 +179,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 		putUint64(b[8:], rand.Uint64())
 		ex.requestID = hex.AppendEncode(ex.requestID[:0], b[:])
 	}
-	ex.traceID = append(ex.traceID[:0], traceIDOf(ctx.Request.Header.PeekBytes(headerTraceparent))...)
+	ex.traceID = append(ex.traceID[:0], traceIDOf(parent)...)
 	ex.ledger.reset()
 	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
 	ex.waited, ex.committedStream, ex.gone, ex.clientFD, ex.tokenHeader = 0, false, false, -2, nil
