@@ -321,9 +321,14 @@ func (ex *exchange) logRequest() {
 	if !h.Enabled(context.Background(), level) {
 		return
 	}
+	at := ex.start.Add(ex.duration) // the time finish measured
+	if jh, ok := h.(*JSONHandler); ok {
+		jh.handleFields(at, level, "request", (*requestRecord)(ex)) // no slog.Record to build and walk
+		return
+	}
 	// Straight to the handler: Logger.LogAttrs would also capture the caller's program counter
 	// (runtime.Callers), which no handler here prints.
-	r := slog.NewRecord(ex.start.Add(ex.duration), level, "request", 0) // the time finish measured
+	r := slog.NewRecord(at, level, "request", 0)
 	r.AddAttrs(slog.Any("", (*requestRecord)(ex)))
 	h.Handle(context.Background(), r) // as Logger.LogAttrs: a failed log write has nowhere to go
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // JSONHandler is the slog.Handler for FAILOVER_LOG_FORMAT=json: one JSON object per line,
@@ -20,13 +22,15 @@ import (
 // An attribute whose value implements FieldsAppender (whatever its key) is spliced in as
 // top-level fields; one that implements JSONAppender renders its own value. Other values of
 // kind Any fall back to encoding/json. Safe for concurrent use: each record is built in a
-// pooled buffer and written with one Write under a mutex shared by the handler's derivatives.
+// pooled buffer and written with one Write, under a mutex shared by the handler's derivatives
+// unless the writer is a LogWriter (which serialises its writes itself).
 type JSONHandler struct {
-	mu    *sync.Mutex
+	mu    *sync.Mutex // nil when w is a LogWriter, which takes each Write whole under its own
 	w     io.Writer
 	level slog.Leveler
-	pre   []byte // attributes from WithAttrs, rendered, each followed by a comma
-	open  int    // groups opened by WithGroup
+	pre   []byte      // attributes from WithAttrs, rendered, each followed by a comma
+	open  int         // groups opened by WithGroup
+	stamp *stampCache // shared by the derivatives too
 }
 
 // FieldsAppender renders a value as JSON object fields ("a":1,"b":2), without braces.
@@ -44,7 +48,11 @@ func NewJSONHandler(w io.Writer, level slog.Leveler) *JSONHandler {
 	if level == nil {
 		level = slog.LevelInfo
 	}
-	return &JSONHandler{mu: &sync.Mutex{}, w: w, level: level}
+	h := &JSONHandler{w: w, level: level, stamp: &stampCache{head: make([]byte, 0, 32), zone: make([]byte, 0, 8)}}
+	if _, ok := w.(*LogWriter); !ok {
+		h.mu = &sync.Mutex{}
+	}
+	return h
 }
 
 // Enabled reports whether records at level are written.
@@ -57,17 +65,7 @@ var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return
 // Handle writes one record as one line.
 func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
 	bp := lineBuffers.Get().(*[]byte)
-	b := (*bp)[:0]
-	b = append(b, '{')
-	if !r.Time.IsZero() {
-		b = append(b, `"time":"`...)
-		b = r.Time.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, `",`...)
-	}
-	b = append(b, `"level":"`...)
-	b = append(b, r.Level.String()...)
-	b = append(b, `","msg":`...)
-	b = appendJSONStr(b, r.Message)
+	b := h.appendHead((*bp)[:0], r.Time, r.Level, r.Message)
 	if len(h.pre) > 0 || r.NumAttrs() > 0 {
 		b = append(b, ',')
 		b = append(b, h.pre...)
@@ -77,18 +75,94 @@ func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
 		})
 		b = trimComma(b)
 	}
+	return h.writeLine(bp, b)
+}
+
+// handleFields writes a record whose one attribute is f, spliced in as Handle splices a
+// FieldsAppender, without the slog.Record around it: the request record takes this way
+// (logRequest), once per request.
+func (h *JSONHandler) handleFields(t time.Time, level slog.Level, msg string, f FieldsAppender) error {
+	bp := lineBuffers.Get().(*[]byte)
+	b := append(h.appendHead((*bp)[:0], t, level, msg), ',')
+	b = append(b, h.pre...)
+	return h.writeLine(bp, trimComma(f.AppendJSONFields(b)))
+}
+
+// appendHead opens a line: the time, the level and the message.
+func (h *JSONHandler) appendHead(b []byte, t time.Time, level slog.Level, msg string) []byte {
+	b = append(b, '{')
+	if !t.IsZero() {
+		b = append(b, `"time":"`...)
+		b = h.stamp.appendTime(b, t)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"level":"`...)
+	b = append(b, level.String()...)
+	b = append(b, `","msg":`...)
+	return appendJSONStr(b, msg)
+}
+
+// writeLine closes the groups and the line, writes it with one Write, and gives the buffer
+// back.
+func (h *JSONHandler) writeLine(bp *[]byte, b []byte) error {
 	for range h.open {
 		b = append(b, '}')
 	}
 	b = append(b, '}', '\n')
-	h.mu.Lock()
-	_, err := h.w.Write(b)
-	h.mu.Unlock()
+	var err error
+	if h.mu != nil {
+		h.mu.Lock()
+		_, err = h.w.Write(b)
+		h.mu.Unlock()
+	} else {
+		_, err = h.w.Write(b)
+	}
 	if cap(b) <= 64<<10 {
 		*bp = b
 		lineBuffers.Put(bp)
 	}
 	return err
+}
+
+// stampCache writes record times as time.RFC3339Nano does, keeping the text of the last second
+// it wrote: the date, the time of day and the zone change once a second, and formatting them
+// was most of a record's time field. Safe for concurrent use; it allocates nothing.
+type stampCache struct {
+	mu   sync.Mutex
+	sec  int64          // the Unix second of head and zone
+	loc  *time.Location // and their location
+	head []byte         // "2006-01-02T15:04:05"
+	zone []byte         // "Z07:00"
+}
+
+// appendTime appends t as t.AppendFormat(b, time.RFC3339Nano) would.
+func (c *stampCache) appendTime(b []byte, t time.Time) []byte {
+	sec, loc := t.Unix(), t.Location()
+	c.mu.Lock()
+	if sec != c.sec || loc != c.loc || len(c.head) == 0 {
+		c.sec, c.loc = sec, loc
+		c.head = t.AppendFormat(c.head[:0], "2006-01-02T15:04:05")
+		c.zone = t.AppendFormat(c.zone[:0], "Z07:00")
+	}
+	b = append(b, c.head...)
+	var zone [8]byte // "Z" or "+hh:mm"
+	nz := copy(zone[:], c.zone)
+	c.mu.Unlock()
+	if ns := t.Nanosecond(); ns != 0 {
+		// ".999999999": nine digits, trailing zeros dropped.
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, zone[:nz]...)
 }
 
 // WithAttrs returns a handler whose records carry attrs.
@@ -198,8 +272,19 @@ func trimComma(b []byte) []byte {
 func appendJSONStr(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	// Eight bytes at a time while they are all plain: printable ASCII but the quote and the
+	// backslash (the word tricks of jsonscan's SkipString, and a test of the high bits).
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		const ones, highs = 0x0101010101010101, 0x8080808080808080
+		w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
+		q, bs := w^(ones*'"'), w^(ones*'\\')
+		if ((q-ones)&^q|(bs-ones)&^bs|(w-ones*0x20)&^w|w)&highs != 0 {
+			break
+		}
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -164,6 +165,109 @@ func TestAppendMillis(t *testing.T) {
 		d := time.Duration(us) * time.Microsecond
 		if got, want := appendMillis(nil, d), strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64); string(got) != string(want) {
 			t.Fatalf("%v: %s, want %s", d, got, want)
+		}
+	}
+}
+
+// BenchmarkRequestRecord is the record of a request served by its first attempt, written as
+// the sidecar writes it: the JSON handler into a LogWriter (README, The request record).
+func BenchmarkRequestRecord(b *testing.B) {
+	lw := NewLogWriter(io.Discard, time.Hour)
+	defer lw.Close()
+	ex := newExchange(&Server{log: slog.New(NewJSONHandler(lw, slog.LevelInfo))})
+	ex.requestID = []byte("4bf92f3577b34da6a3ce929d0e0e4736")
+	ex.path = []byte("/v1/chat/completions")
+	ex.model = []byte("gpt-4o-mini")
+	ex.start = time.Now()
+	ex.outcome, ex.status, ex.duration = OutcomeOK, 200, 1234*time.Microsecond
+	ex.servedBy = &Target{Name: "openai"}
+	ex.ledger.add(attemptRecord{target: "openai", status: 200, duration: time.Millisecond})
+	b.ReportAllocs()
+	for b.Loop() {
+		ex.logRequest()
+	}
+}
+
+// The record's time is written as time.RFC3339Nano writes it, whatever the second, the
+// fraction (trailing zeros dropped, none when zero) and the zone, and from a cache that one
+// second's records share.
+func TestStampMatchesRFC3339Nano(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("PST", -8*3600), time.FixedZone("odd", 3600+17*60+30)}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		zones = append(zones, ny)
+	}
+	base := time.Date(2026, 3, 8, 6, 59, 58, 0, time.UTC) // two seconds before New York's clocks go forward
+	var c stampCache
+	for _, loc := range zones {
+		for _, d := range []time.Duration{0, 1, 10, 100 * time.Millisecond, 120 * time.Millisecond, time.Second - 1, time.Second, 1500 * time.Millisecond,
+			2 * time.Second, 2*time.Second + 7, 3 * time.Second, 24 * time.Hour, -time.Second} {
+			for _, at := range []time.Time{base.Add(d).In(loc), time.Date(9999, 12, 31, 23, 59, 59, 999999999, loc), time.Date(10000, 1, 1, 0, 0, 0, 5, loc),
+				time.Date(-1, 1, 1, 0, 0, 0, 0, loc), time.Unix(0, 0).In(loc)} {
+				if got, want := c.appendTime(nil, at), at.AppendFormat(nil, time.RFC3339Nano); string(got) != string(want) {
+					t.Errorf("%v: got %s, want %s", at, got, want)
+				}
+			}
+		}
+	}
+}
+
+// appendJSONStr writes each string as a JSON string that reads back as encoding/json's
+// writing of it does (invalid UTF-8 replaced byte by byte), with the byte to escape at every
+// place around the eight-byte steps.
+func TestAppendJSONStrReadsBack(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		var ours, theirs string
+		if err := json.Unmarshal(appendJSONStr(nil, s), &ours); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		want, _ := json.Marshal(s)
+		if err := json.Unmarshal(want, &theirs); err != nil || ours != theirs {
+			t.Fatalf("%q: reads back as %q, want %q", s, ours, theirs)
+		}
+	}
+	for _, special := range []string{`"`, `\`, "\x00", "\x1f", "\x7f", "é", "\xff", "\u2028", "日"} {
+		for n := range 20 {
+			for at := 0; at <= n; at++ {
+				check(strings.Repeat("a", at) + special + strings.Repeat("b", n-at))
+			}
+		}
+	}
+}
+
+func FuzzAppendJSONStr(f *testing.F) {
+	f.Add("4bf92f3577b34da6a3ce929d0e0e4736")
+	f.Add("/v1/chat/\"completions\"\x00\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		var ours, theirs string
+		want, _ := json.Marshal(s)
+		if err := json.Unmarshal(appendJSONStr(nil, s), &ours); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if json.Unmarshal(want, &theirs); ours != theirs {
+			t.Fatalf("%q: reads back as %q, want %q", s, ours, theirs)
+		}
+	})
+}
+
+// The request record written by the JSON handler's own way (logRequest) is the line slog's
+// way through Handle writes: with attributes and groups from With and WithGroup too.
+func TestRequestRecordEitherWay(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456000000, time.UTC)
+	for _, derive := range []func(*JSONHandler) slog.Handler{
+		func(h *JSONHandler) slog.Handler { return h },
+		func(h *JSONHandler) slog.Handler { return h.WithAttrs([]slog.Attr{slog.String("pod", "p-1")}) },
+		func(h *JSONHandler) slog.Handler { return h.WithGroup("g").WithAttrs([]slog.Attr{slog.Int("n", 1)}) },
+	} {
+		var direct, viaRecord bytes.Buffer
+		derive(NewJSONHandler(&direct, slog.LevelInfo)).(*JSONHandler).handleFields(at, slog.LevelWarn, "request", (*requestRecord)(testExchange()))
+		r := slog.NewRecord(at, slog.LevelWarn, "request", 0)
+		r.AddAttrs(slog.Any("", (*requestRecord)(testExchange())))
+		if err := derive(NewJSONHandler(&viaRecord, slog.LevelInfo)).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if direct.String() != viaRecord.String() || !json.Valid(direct.Bytes()) {
+			t.Errorf("direct:     %s\nvia Handle: %s", direct.String(), viaRecord.String())
 		}
 	}
 }
