@@ -90,9 +90,14 @@ type exchange struct {
 	tokenHeader  []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
 	connection   [][]byte // the options the client's Connection lines name (views into its header)
 	upConnection [][]byte // dropHopByHop's scratch space: the options an answer's Connection lines name
-	reqBody      []byte   // the client's body: valid while the handler runs
-	subBody      []byte   // the body with a substituted model
-	uri          []byte
+	// What copyResponseHeaders needs of the answer whose head was read last, found by
+	// observeHead's walk over its lines (views into ex.upResp's header): its Connection lines,
+	// the names of its hop-by-hop and X-Failover-* lines, and its X-Request-Id.
+	upConnLines, upDrop [][]byte
+	upRequestID         []byte
+	reqBody             []byte // the client's body: valid while the handler runs
+	subBody             []byte // the body with a substituted model
+	uri                 []byte
 
 	// The sweep.
 	eligible []int

@@ -21,6 +21,7 @@ var (
 	headerRetryAfter    = []byte("Retry-After")
 	headerRetryAfterMs  = []byte("Retry-After-Ms")
 	headerAccept        = []byte("Accept")
+	headerConnection    = []byte("Connection")
 	valueIdentity       = []byte("identity")
 	valueEventStream    = []byte("text/event-stream")
 	valueChunked        = []byte("chunked")
@@ -363,11 +364,20 @@ func (ex *exchange) copyResponseHeaders() {
 	// CopyTo also copies the upstream header's own "no default Content-Type" flag, which is
 	// off: an answer without a Content-Type would reach the client as text/plain.
 	h.SetNoDefaultContentType(true)
-	ex.upConnection = dropHopByHop(h, up.PeekAll(stringConnection), ex.upConnection)
+	// observeHead found the lines to drop as it read the head. When the Connection lines name
+	// no option of their own (keep-alive and close are hop-by-hop anyway), those are all of
+	// them; otherwise dropHopByHop walks the copy with the options in hand.
+	if opts, ok := appendConnectionOptions(ex.upConnection[:0], ex.upConnLines); ok && len(opts) == 0 {
+		for _, k := range ex.upDrop {
+			h.DelBytes(k) // every line of that name
+		}
+	} else {
+		ex.upConnection = dropHopByHop(h, ex.upConnLines, opts)
+	}
 	h.ResetConnectionClose()
 	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
 	// req_..., the one its support asks for) goes back under a name of its own.
-	if id := up.PeekBytes(headerRequestID); len(id) > 0 && !bytes.Equal(id, ex.requestID) {
+	if id := ex.upRequestID; len(id) > 0 && !bytes.Equal(id, ex.requestID) {
 		h.SetCanonical(headerUpstreamID, id)
 	}
 }

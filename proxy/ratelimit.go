@@ -14,7 +14,8 @@ import (
 )
 
 // observeHead reads the head of the answer just read, in one walk over its lines: its
-// Retry-After (or Retry-After-Ms) into a, and its quota figures for its target's rate limit
+// Retry-After (or Retry-After-Ms) into a, what copyResponseHeaders will need of it, and its
+// quota figures for its target's rate limit
 // (README, Rate limits), on every answer whatever its status: a 200 that shows a quota spent is
 // what lets the next requests go elsewhere before a 429 costs them an attempt. A lookup per
 // name would walk the lines once per name. The rate limit reads policy time, as the selection
@@ -23,7 +24,8 @@ import (
 func (ex *exchange) observeHead(a *attempt) {
 	var scan budget.RateLimitScan
 	var ra, ms []byte
-	var hasRA, hasMs bool // the first line of each name counts, as a lookup would find it
+	var hasRA, hasMs, hasID bool // the first line of each name counts, as a lookup would find it
+	ex.upConnLines, ex.upDrop, ex.upRequestID = ex.upConnLines[:0], ex.upDrop[:0], nil
 	for k, v := range ex.upResp.Header.All() {
 		// fasthttp gives each name in canonical form (it normalises the head it reads).
 		switch {
@@ -31,6 +33,15 @@ func (ex *exchange) observeHead(a *attempt) {
 			ra, hasRA = v, true
 		case !hasMs && bytes.Equal(k, headerRetryAfterMs):
 			ms, hasMs = v, true
+		case !hasID && bytes.Equal(k, headerRequestID):
+			ex.upRequestID, hasID = v, true
+		case hopByHop.has(k):
+			ex.upDrop = append(ex.upDrop, k)
+			if sameName(k, headerConnection) {
+				ex.upConnLines = append(ex.upConnLines, v)
+			}
+		case hasFailoverPrefix(k):
+			ex.upDrop = append(ex.upDrop, k)
 		default:
 			scan.Header(k, v)
 		}
