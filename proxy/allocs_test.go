@@ -147,10 +147,24 @@ func TestServerPathAllocs(t *testing.T) {
 	defer c.Close()
 
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one word."}]}`
+	roundTrip := rawRoundTrip(t, c, body)
+	for range 10 { // warm the pools on both sides
+		roundTrip()
+	}
+	n := testing.AllocsPerRun(500, roundTrip)
+	t.Logf("allocations per proxied request through the server, whole process: %.2f (bound %d)", n, maxAllocsServerPath)
+	if n > maxAllocsServerPath {
+		t.Errorf("a proxied request through the server allocates %.2f times, want at most %d", n, maxAllocsServerPath)
+	}
+}
+
+// rawRoundTrip returns a function that sends a chat request with body on c and reads its answer,
+// a 200 with a Content-Length body, allocating nothing (a buffer for answers up to 64 KiB).
+func rawRoundTrip(t *testing.T, c net.Conn, body string) func() {
 	req := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
 		"Authorization: Bearer sk-test-not-a-key\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 	buf := make([]byte, 64<<10)
-	roundTrip := func() {
+	return func() {
 		if _, err := c.Write(req); err != nil {
 			t.Fatal(err)
 		}
@@ -184,13 +198,45 @@ func TestServerPathAllocs(t *testing.T) {
 			}
 		}
 	}
-	for range 10 { // warm the pools on both sides
-		roundTrip()
+}
+
+// TestMixedAnswersAllocs: answers of different sizes on the same server allocate no more than
+// one size alone, also once fasthttp's pool of body buffers has learnt from tens of thousands
+// of small answers to drop larger buffers (fasthttp recalibrates it every 42,000 answers of a
+// size): a stream that arrives whole (3.7 KB) between chat completions (641 B) keeps its buffer
+// (clientConn.lendBody).
+func TestMixedAnswersAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	n := testing.AllocsPerRun(500, roundTrip)
-	t.Logf("allocations per proxied request through the server, whole process: %.2f (bound %d)", n, maxAllocsServerPath)
-	if n > maxAllocsServerPath {
-		t.Errorf("a proxied request through the server allocates %.2f times, want at most %d", n, maxAllocsServerPath)
+	if testing.Short() {
+		t.Skip("43,000 requests")
+	}
+	var sse strings.Builder
+	for _, c := range pt.ChatStream(0, strings.Fields("Hello there! How can I help you today? I can answer questions, write, and explain things clearly")...) {
+		sse.WriteString(c.Data)
+	}
+	up := startCannedUpstream(t, cannedResponse("application/json", benchCompletion(641)), cannedResponse("text/event-stream", sse.String()))
+	srv, addr := startServer(t, "http://"+up+"/v1")
+	t.Cleanup(func() { srv.Shutdown(t.Context()) })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	chat := rawRoundTrip(t, c, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello in one word."}]}`)
+	stream := rawRoundTrip(t, c, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello in one word."}]}`)
+	for range 43_000 {
+		chat()
+	}
+	for range 10 {
+		stream()
+		chat()
+	}
+	n := testing.AllocsPerRun(500, func() { stream(); chat() })
+	t.Logf("allocations per pair of a whole stream and a chat completion, whole process: %.2f (bound %d)", n, 2*maxAllocsServerPath)
+	if n > 2*maxAllocsServerPath {
+		t.Errorf("a whole stream and a chat completion allocate %.2f times, want at most %d", n, 2*maxAllocsServerPath)
 	}
 }
 

@@ -31,10 +31,10 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 		// The whole stream, terminal event included, arrived before commit: it goes out in one
 		// write, like a held response, and the upstream connection goes back to the pool.
 		ex.srv.metrics.streamCommits[a.commitReason].Inc()
-		// The held bytes become the answer's body, and the body's old storage the gate's next
-		// held bytes: no copy, as for a held response (SwapBody below). a.body, a view of them,
-		// is the answer's now, and read no more.
-		ex.gate.ReplaceHeld(ctx.Response.SwapBody(ex.gate.Held()))
+		// The held bytes become the answer's body, and another buffer the gate's next held
+		// bytes: no copy, as for a held response (lendBody below). a.body, a view of them, is
+		// the answer's now, and read no more.
+		ex.gate.ReplaceHeld(ex.lendBody(ex.gate.Held()))
 		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
 		ex.closeConn()
 		return
@@ -43,8 +43,18 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 		ex.startStream(a)
 		return
 	}
-	ex.respBody = ctx.Response.SwapBody(a.body)[:0]
+	ex.respBody = ex.lendBody(a.body)[:0]
 	ex.closeConn()
+}
+
+// lendBody makes b, a buffer of the exchange's, the answer's body without a copy, and returns
+// a buffer to take its place (clientConn.lendBody). Without a clientConn (a handler called
+// directly, as the in-process benchmarks do), fasthttp's SwapBody does it.
+func (ex *exchange) lendBody(b []byte) []byte {
+	if cc, ok := ex.ctx.Conn().(*clientConn); ok {
+		return cc.lendBody(&ex.ctx.Response, b)
+	}
+	return ex.ctx.Response.SwapBody(b)
 }
 
 // answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last

@@ -205,6 +205,57 @@ type clientConn struct {
 	rerr   error
 	// empty counts the request reads that found nothing and waited: what writeAwait saves.
 	empty atomic.Int64
+	// lent is the body of the answer fasthttp writes after the handler returns (lendBody), in
+	// its holder from bodyBuffers; both nil when none. Only the serving goroutine touches them.
+	lent   []byte
+	holder *[]byte
+}
+
+// bodyBuffers recycles the buffers that held answers: an exchange reads an answer's body into
+// its buffer, gives it to fasthttp as the answer's body (lendBody), and takes another from
+// here; the connection puts it back once the answer is written (takeBack). Each is a *[]byte,
+// so that putting one allocates nothing.
+//
+// fasthttp's own way (Response.SwapBody) hands the buffer to fasthttp's pool of body buffers,
+// which keeps only buffers up to a size it learns from the answers it sees: after many small
+// chat answers it drops each larger one (a stream sent whole, a long completion), and every
+// such answer then allocated twice, a new buffer for fasthttp and a larger one for the next
+// body. Here a buffer is kept whatever its size, up to maxPooledBody.
+var bodyBuffers sync.Pool
+
+// maxPooledBody is the largest buffer bodyBuffers keeps, as the exchange's own limit.
+const maxPooledBody = 1 << 20
+
+// lendBody makes b the answer's body without copying it (fasthttp writes it after the handler
+// returns, when the exchange that read it may serve another request), keeps b until the
+// answer is written, and returns a buffer from bodyBuffers (empty, possibly nil) for the
+// exchange to read its next body into.
+func (c *clientConn) lendBody(resp *fasthttp.Response, b []byte) []byte {
+	c.takeBack() // not expected: one answer per request, and the last was taken back
+	resp.SetBodyRaw(b)
+	h, _ := bodyBuffers.Get().(*[]byte)
+	if h == nil {
+		h = new([]byte)
+	}
+	spare := (*h)[:0]
+	*h = nil
+	c.lent, c.holder = b, h
+	return spare
+}
+
+// takeBack puts the lent body back into bodyBuffers. It is called where the answer has been
+// written: when the connection reads again, and when its next request begins (a request that
+// was already read, behind the one answered, is served without a read). A connection that
+// closes without either leaves the buffer to the garbage collector.
+func (c *clientConn) takeBack() {
+	if c.holder == nil {
+		return
+	}
+	if cap(c.lent) <= maxPooledBody {
+		*c.holder = c.lent[:0]
+		bodyBuffers.Put(c.holder)
+	}
+	c.lent, c.holder = nil, nil
 }
 
 type readAhead struct {
@@ -232,6 +283,8 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if c.bareLF {
 		return 0, errBareLF
 	}
+	// fasthttp reads only once it has written the answer.
+	c.takeBack()
 	first := len(p) == 1 && !c.head.on // a request's first byte
 	if first {
 		c.head = headScan{on: true}

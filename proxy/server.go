@@ -336,6 +336,9 @@ func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
 // of the next one has that one in fasthttp's buffer already.
 func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
 	cc, _ := ctx.Conn().(*clientConn)
+	if cc != nil {
+		cc.takeBack() // the last answer on the connection has been written
+	}
 	atEnd := cc != nil && cc.atRequestEnd(len(ctx.Request.Body()))
 	s.serveRequest(ctx)
 	if atEnd && !ctx.Hijacked() {
