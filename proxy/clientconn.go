@@ -205,10 +205,10 @@ type clientConn struct {
 	rerr   error
 	// empty counts the request reads that found nothing and waited: what writeAwait saves.
 	empty atomic.Int64
-	// lent is the body of the answer fasthttp writes after the handler returns (lendBody), in
-	// its holder from bodyBuffers; both nil when none. Only the serving goroutine touches them.
-	lent   []byte
-	holder *[]byte
+	// lent holds the body of the answer fasthttp writes after the handler returns (lendBody),
+	// in its holder from bodyBuffers; nil when none. Atomic: Close may run on another
+	// goroutine (Shutdown's), though only once the answer is written.
+	lent atomic.Pointer[[]byte]
 }
 
 // bodyBuffers recycles the buffers that held answers: an exchange reads an answer's body into
@@ -238,24 +238,22 @@ func (c *clientConn) lendBody(resp *fasthttp.Response, b []byte) []byte {
 		h = new([]byte)
 	}
 	spare := (*h)[:0]
-	*h = nil
-	c.lent, c.holder = b, h
+	*h = b
+	c.lent.Store(h)
 	return spare
 }
 
 // takeBack puts the lent body back into bodyBuffers. It is called where the answer has been
-// written: when the connection reads again, and when its next request begins (a request that
-// was already read, behind the one answered, is served without a read). A connection that
-// closes without either leaves the buffer to the garbage collector.
+// written: when the connection reads again, when its next request begins (a request that was
+// already read, behind the one answered, is served without a read), and when it closes.
 func (c *clientConn) takeBack() {
-	if c.holder == nil {
+	if c.lent.Load() == nil {
 		return
 	}
-	if cap(c.lent) <= maxPooledBody {
-		*c.holder = c.lent[:0]
-		bodyBuffers.Put(c.holder)
+	if h := c.lent.Swap(nil); h != nil && cap(*h) <= maxPooledBody {
+		*h = (*h)[:0]
+		bodyBuffers.Put(h)
 	}
-	c.lent, c.holder = nil, nil
 }
 
 type readAhead struct {
@@ -564,6 +562,7 @@ func (c *clientConn) awaitAfter(h *fasthttp.ResponseHeader) { c.answer = h }
 
 // Close closes the connection and takes it off the server's list.
 func (c *clientConn) Close() error {
+	c.takeBack() // fasthttp closes a connection after its last answer, Shutdown an idle one
 	c.conns.remove(c)
 	return c.TCPConn.Close()
 }
