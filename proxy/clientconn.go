@@ -562,7 +562,10 @@ func (c *clientConn) awaitAfter(h *fasthttp.ResponseHeader) { c.answer = h }
 
 // Close closes the connection and takes it off the server's list.
 func (c *clientConn) Close() error {
-	c.takeBack() // fasthttp closes a connection after its last answer, Shutdown an idle one
+	// fasthttp closes a connection after its last answer; Shutdown (closeIdle, and fasthttp's
+	// own) only one whose answer is written, idle: the lent body is no longer read. A Close
+	// that could come while an answer is being written would have to leave it be.
+	c.takeBack()
 	c.conns.remove(c)
 	return c.TCPConn.Close()
 }

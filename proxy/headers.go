@@ -365,8 +365,9 @@ func (ex *exchange) copyResponseHeaders() {
 	// off: an answer without a Content-Type would reach the client as text/plain.
 	h.SetNoDefaultContentType(true)
 	// observeHead found the lines to drop as it read the head. When the Connection lines name
-	// no option of their own (keep-alive and close are hop-by-hop anyway), those are all of
-	// them; otherwise dropHopByHop walks the copy with the options in hand.
+	// no option of their own (keep-alive names a hop-by-hop header anyway), those are all of
+	// them; otherwise dropHopByHop walks the copy with the options in hand: close among them
+	// (which would drop a header named Close).
 	if opts, ok := appendConnectionOptions(ex.upConnection[:0], ex.upConnLines); ok && len(opts) == 0 {
 		for _, k := range ex.upDrop {
 			h.DelBytes(k) // every line of that name

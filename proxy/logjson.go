@@ -137,6 +137,20 @@ type stampCache struct {
 
 // appendTime appends t as t.AppendFormat(b, time.RFC3339Nano) would.
 func (c *stampCache) appendTime(b []byte, t time.Time) []byte {
+	// ".999999999": nine digits, trailing zeros dropped, none at all for a whole second.
+	var frac [10]byte
+	n := 0
+	if ns := t.Nanosecond(); ns != 0 {
+		frac[0] = '.'
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n = 10
+		for frac[n-1] == '0' {
+			n--
+		}
+	}
 	sec, loc := t.Unix(), t.Location()
 	c.mu.Lock()
 	if sec != c.sec || loc != c.loc || len(c.head) == 0 {
@@ -145,24 +159,10 @@ func (c *stampCache) appendTime(b []byte, t time.Time) []byte {
 		c.zone = t.AppendFormat(c.zone[:0], "Z07:00")
 	}
 	b = append(b, c.head...)
-	var zone [8]byte // "Z" or "+hh:mm"
-	nz := copy(zone[:], c.zone)
+	b = append(b, frac[:n]...)
+	b = append(b, c.zone...)
 	c.mu.Unlock()
-	if ns := t.Nanosecond(); ns != 0 {
-		// ".999999999": nine digits, trailing zeros dropped.
-		var frac [10]byte
-		frac[0] = '.'
-		for i := 9; i > 0; i-- {
-			frac[i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n := 10
-		for frac[n-1] == '0' {
-			n--
-		}
-		b = append(b, frac[:n]...)
-	}
-	return append(b, zone[:nz]...)
+	return b
 }
 
 // WithAttrs returns a handler whose records carry attrs.

@@ -192,7 +192,7 @@ func BenchmarkRequestRecord(b *testing.B) {
 // fraction (trailing zeros dropped, none when zero) and the zone, and from a cache that one
 // second's records share.
 func TestStampMatchesRFC3339Nano(t *testing.T) {
-	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("PST", -8*3600), time.FixedZone("odd", 3600+17*60+30)}
+	zones := []*time.Location{time.UTC, time.FixedZone("IST", 5*3600+1800), time.FixedZone("PST", -8*3600), time.FixedZone("odd", 3600+17*60+30), time.FixedZone("far", -10000*3600)}
 	if ny, err := time.LoadLocation("America/New_York"); err == nil {
 		zones = append(zones, ny)
 	}
