@@ -36,25 +36,27 @@ func TestSameTargetRetry(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
-	t.Run("Retry-After: 1 is waited on before the same-target retry", func(t *testing.T) {
-		a := upstream(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 1"), pt.JSON(200, pt.ChatCompletion("a")))
+	// retried sends one request to a target whose first answer is first, with one retry allowed
+	// and no backoff to speak of, and returns how long the sidecar waited before the retry.
+	retried := func(t *testing.T, first pt.Step) time.Duration {
+		t.Helper()
+		a := upstream(t, first, pt.JSON(200, pt.ChatCompletion("a")))
 		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
 		r := s.Post("/chat/completions", chatBody)
 		reqs := a.Requests()
 		if r.Status != 200 || len(reqs) != 2 {
 			t.Fatalf("status %d, %d calls", r.Status, len(reqs))
 		}
-		if gap := reqs[1].Received.Sub(reqs[0].Received); gap < 900*time.Millisecond {
+		return reqs[1].Received.Sub(reqs[0].Received)
+	}
+	t.Run("Retry-After: 1 is waited on before the same-target retry", func(t *testing.T) {
+		if gap := retried(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 1")); gap < 900*time.Millisecond {
 			t.Fatalf("retried after %v, Retry-After asked for 1s", gap)
 		}
 	})
 	t.Run("retry-after-ms is read too", func(t *testing.T) {
-		a := upstream(t, pt.JSON(429, "{}", "Retry-After-Ms: 400"), pt.JSON(200, pt.ChatCompletion("a")))
-		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
-		s.Post("/chat/completions", chatBody)
-		reqs := a.Requests()
-		if len(reqs) != 2 || reqs[1].Received.Sub(reqs[0].Received) < 350*time.Millisecond {
-			t.Fatalf("calls %d", len(reqs))
+		if gap := retried(t, pt.JSON(429, "{}", "Retry-After-Ms: 400")); gap < 350*time.Millisecond {
+			t.Fatalf("retried after %v, Retry-After-Ms asked for 400ms", gap)
 		}
 	})
 	t.Run("the first of two lines counts, in whatever case its name is sent", func(t *testing.T) {
@@ -62,14 +64,7 @@ func TestRetryAfter(t *testing.T) {
 		// delay makes the upstream write the lines as they are.
 		twice := pt.JSON(429, "{}", "retry-after: 1", "Retry-After: 60", "RETRY-AFTER-MS: junk")
 		twice.Delay = time.Millisecond
-		a := upstream(t, twice, pt.JSON(200, pt.ChatCompletion("a")))
-		s := start(t, env(targets(a.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
-		r := s.Post("/chat/completions", chatBody)
-		reqs := a.Requests()
-		if r.Status != 200 || len(reqs) != 2 {
-			t.Fatalf("status %d, %d calls", r.Status, len(reqs))
-		}
-		if gap := reqs[1].Received.Sub(reqs[0].Received); gap < 900*time.Millisecond {
+		if gap := retried(t, twice); gap < 900*time.Millisecond {
 			t.Fatalf("retried after %v, the first Retry-After asked for 1s", gap)
 		}
 	})
