@@ -239,12 +239,12 @@ func (ex *exchange) handlerDone() {
 }
 
 // hijacked runs in the goroutine fasthttp starts for a hijacked connection, after the handler
-// returned: it hands the exchange to a stream goroutine of its own and returns, so fasthttp
+// returned: it hands the exchange to a stream worker (Server.streams) and returns, so fasthttp
 // releases the request context (and the client's request body) now rather than when the
 // stream ends.
 func (ex *exchange) hijacked(c net.Conn) {
 	ex.ctx = nil
-	go ex.serveStream(c)
+	ex.srv.streams.do(streamJob{ex, c})
 }
 
 // finish ends the request: metrics, the ledger record, and the exchange goes back to the pool.

@@ -93,6 +93,11 @@ type Server struct {
 	prober   prober        // the background probe of targets ejected for timing out
 	quit     chan struct{} // closed at Shutdown: ends AdaptProcs and endLongWaits
 	quitOnce sync.Once
+	// streams run committed streams (exchange.serveStream), and handedBack serve the
+	// connections a stream hands back after its clean end: goroutines kept, not made anew
+	// for each stream (workers).
+	streams    *workers[streamJob]
+	handedBack *workers[net.Conn]
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -144,6 +149,8 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.pool.New = func() any { return newExchange(s) }
 	s.prober.stop = make(chan struct{})
 	s.quit = make(chan struct{})
+	s.streams = newWorkers(func(j streamJob) { j.ex.serveStream(j.c) })
+	s.handedBack = newWorkers(func(c net.Conn) { s.proxy.ServeConn(c) }) // the connection's own end: nothing to report
 
 	s.proxy = &fasthttp.Server{
 		Handler:                       s.serveProxy,
@@ -215,7 +222,11 @@ func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) 
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closing.Store(true)
 	s.stopProber()
-	s.quitOnce.Do(func() { close(s.quit) })
+	s.quitOnce.Do(func() {
+		close(s.quit)
+		s.streams.stop()
+		s.handedBack.stop()
+	})
 	done, quit := make(chan struct{}), make(chan struct{})
 	defer close(quit)
 	go func() {

@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+)
+
+// waitingWorkers returns how many of w's workers wait for a job.
+func waitingWorkers[T any](w *workers[T]) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.idle)
+}
+
+// untilWaiting waits until n of w's workers wait for a job.
+func untilWaiting[T any](t *testing.T, w *workers[T], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); waitingWorkers(w) != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers wait, want %d", waitingWorkers(w), n)
+		}
+	}
+}
+
+// closed reports whether a worker's job channel was closed (its wait ended), without blocking.
+func closed[T any](jobs chan T) bool {
+	select {
+	case _, ok := <-jobs:
+		return !ok
+	default:
+		return false
+	}
+}
+
+// A job handed out while a worker waits runs on that worker; one handed out while every worker
+// is busy starts another.
+func TestWorkersReuseTheOneThatWaits(t *testing.T) {
+	w := newWorkers(func(done chan struct{}) { <-done })
+	defer w.stop()
+	for i := range 5 {
+		done := make(chan struct{})
+		close(done)
+		w.do(done)
+		untilWaiting(t, w, 1)
+		if got := w.started.Load(); got != 1 {
+			t.Fatalf("after %d jobs one after another, %d workers started, want 1", i+1, got)
+		}
+	}
+	busy := make(chan struct{})
+	w.do(busy) // the waiting worker takes it
+	w.do(busy) // none waits: a second starts
+	if got := w.started.Load(); got != 2 {
+		t.Fatalf("two jobs at once: %d workers started, want 2", got)
+	}
+	close(busy)
+	untilWaiting(t, w, 2)
+}
+
+// The worker that waited last gets the next job, and a worker that waited longer than idleFor
+// ends when the next one begins to wait.
+func TestWorkersEndAfterWaitingLong(t *testing.T) {
+	w := newWorkers(func(done chan struct{}) { <-done })
+	defer w.stop()
+	w.idleFor = 50 * time.Millisecond
+	first, second := make(chan struct{}), make(chan struct{})
+	w.do(first)
+	w.do(second)
+	close(first)
+	untilWaiting(t, w, 1)
+	close(second)
+	untilWaiting(t, w, 2)
+	w.mu.Lock()
+	older, newer := w.idle[0].jobs, w.idle[1].jobs
+	w.mu.Unlock()
+
+	time.Sleep(2 * w.idleFor)
+	done := make(chan struct{})
+	close(done)
+	w.do(done) // to the one that waited last, which waits again once it ran it
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		back := len(w.idle) > 0 && w.idle[len(w.idle)-1].since.After(time.Now().Add(-w.idleFor))
+		w.mu.Unlock()
+		if back {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no worker waits again after the job")
+		}
+	}
+	w.mu.Lock()
+	waiting := len(w.idle)
+	last := w.idle[waiting-1].jobs
+	w.mu.Unlock()
+	if last != newer {
+		t.Fatal("the job did not go to the worker that waited last")
+	}
+	if waiting != 1 || !closed(older) {
+		t.Fatal("the worker that waited longer than idleFor still waits")
+	}
+	if got := w.started.Load(); got != 2 {
+		t.Fatalf("%d workers started, want 2", got)
+	}
+}
+
+// stop ends the waiting workers at once and the busy ones after their job; a job handed out
+// after stop still runs.
+func TestWorkersStop(t *testing.T) {
+	var ran atomic.Int64
+	w := newWorkers(func(done chan struct{}) { <-done; ran.Add(1) })
+	idle, busy := make(chan struct{}), make(chan struct{})
+	w.do(busy)
+	close(idle)
+	w.do(idle) // on a second worker, which then waits
+	untilWaiting(t, w, 1)
+	w.mu.Lock()
+	waiting := w.idle[0].jobs
+	w.mu.Unlock()
+	w.stop()
+	if !closed(waiting) {
+		t.Fatal("the waiting worker's wait was not ended by stop")
+	}
+	close(busy)
+	late := make(chan struct{})
+	close(late)
+	w.do(late)
+	for deadline := time.Now().Add(5 * time.Second); ran.Load() != 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs ran, want 3", ran.Load())
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	if n := waitingWorkers(w); n != 0 {
+		t.Fatalf("%d workers wait after stop, want none", n)
+	}
+}
+
+// Jobs handed out from many goroutines at once each run exactly once (run with -race).
+func TestWorkersUnderLoad(t *testing.T) {
+	const senders, each = 16, 200
+	var mu sync.Mutex
+	seen := make(map[int]int)
+	w := newWorkers(func(job int) {
+		mu.Lock()
+		seen[job]++
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				w.do(s*each + i)
+			}
+		})
+	}
+	wg.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == senders*each {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs ran, want %d", n, senders*each)
+		}
+	}
+	w.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for job, n := range seen {
+		if n != 1 {
+			t.Fatalf("job %d ran %d times", job, n)
+		}
+	}
+	if got := w.started.Load(); got > senders*each {
+		t.Fatalf("%d workers started for %d jobs", got, senders*each)
+	}
+}
+
+// A keep-alive client that asks for one stream after another is served by the same workers
+// throughout: one runs each stream, the other serves the connection between them. A
+// goroutine started anew for each grew its stack by copying, every time (BENCHMARKS.md, The
+// tail and the stream path, seventh step).
+func TestStreamsOneAfterAnotherReuseTheirWorkers(t *testing.T) {
+	const streams = 10
+	srv, addr := startScripted(t, waitTick, pt.SSE(pt.ChatStream(2*time.Millisecond, "Hello", " world")...))
+	c := dialRaw(t, addr)
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for i := range streams {
+		io.WriteString(c.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || !strings.Contains(string(got), " world") || !strings.Contains(string(got), "[DONE]") {
+			t.Fatalf("stream %d: %v %q", i, err, got)
+		}
+		untilWaiting(t, srv.streams, 1) // the stream's worker is done with it
+	}
+	// The connection's worker returns to wait once the next stream hijacked the connection,
+	// a moment after the request: a slow machine may have it still on its way when that stream
+	// ends, and start a second.
+	if s, h := srv.streams.started.Load(), srv.handedBack.started.Load(); s != 1 || h > 2 {
+		t.Fatalf("%d streams on one connection started %d stream workers and %d connection workers, want 1 and at most 2", streams, s, h)
+	}
+}
