@@ -9,6 +9,9 @@
 #   SIDECAR_B_BIN=/path/to/other SIDECAR_B_GOMAXPROCS=1 bash testdata/bench/run.sh
 #       # a second sidecar, "sidecar-b", measured in the same interleaved rounds (an A/B:
 #       # another build, or the same one with another GOMAXPROCS; either variable starts it)
+#   WORKLOADS="chat sse paced" bash testdata/bench/run.sh
+#       # also "paced": the same stream, its events sent PACED_GAP apart (1ms), as a model
+#       # streams tokens: the proxy pipes it event by event (testdata/bench/paced)
 #
 # What it does: installs wrk and nginx with apt-get when they are missing (Debian), builds the
 # sidecar, starts an nginx mock upstream that answers from memory (a 641-byte chat completion,
@@ -35,7 +38,8 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
 CONNS=${CONNS:-"10 64"}
-WORKLOADS=${WORKLOADS:-"chat sse"}
+WORKLOADS=${WORKLOADS:-"chat sse"} # and "paced"
+PACED_GAP=${PACED_GAP:-1ms}
 LAT_RATE=${LAT_RATE:-2000}         # the fixed-rate phase: requests per second over LAT_CONNS connections
 LAT_CONNS=${LAT_CONNS:-10}
 LAT_DURATION=${LAT_DURATION:-3s}
@@ -95,6 +99,7 @@ take_port SIDECAR
 take_port SIDECAR_METRICS
 take_port SIDECAR_B
 take_port SIDECAR_B_METRICS
+take_port PACED
 
 # --- bodies ----------------------------------------------------------------------------------
 # The chat completion, padded to 641 bytes, and a 21-event chat stream: the role, 18 content
@@ -142,12 +147,25 @@ http {
 	fastcgi_temp_path $tmp/mock-fastcgi;
 	uwsgi_temp_path $tmp/mock-uwsgi;
 	scgi_temp_path $tmp/mock-scgi;
+	upstream paced {
+		server 127.0.0.1:$PACED;
+		keepalive 128;
+	}
 	server {
 		listen 127.0.0.1:$MOCK;
 		location = /v1/chat/completions {
+			if (\$http_x_bench_paced) { rewrite ^ /_paced last; }
 			if (\$http_accept ~* "event-stream") { rewrite ^ /_sse last; }
 			default_type application/json;
 			return 200 '$COMPLETION';
+		}
+		# the paced workload: the stream from testdata/bench/paced, one event at a time
+		location = /_paced {
+			internal;
+			proxy_pass http://paced;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
 		}
 		location = /_sse {
 			internal;
@@ -209,7 +227,9 @@ start_nginx() { # conf name: the master's pid in $started
 	pids+=("$started")
 }
 
-(cd "$repo" && go build -o "$tmp/latency" ./testdata/bench/latency)
+(cd "$repo" && go build -o "$tmp/latency" ./testdata/bench/latency && go build -o "$tmp/paced" ./testdata/bench/paced)
+"$tmp/paced" -listen "127.0.0.1:$PACED" -body "$tmp/sse.txt" -gap "$PACED_GAP" 2>"$tmp/paced-error.log" &
+pids+=("$!")
 SIDECAR_BIN=${SIDECAR_BIN:-}
 if [ -z "$SIDECAR_BIN" ]; then
 	log "building the sidecar ..."
@@ -260,7 +280,7 @@ url_of() { # config workload
 	case $1-$2 in
 	direct-*) echo "http://127.0.0.1:$MOCK/v1/chat/completions" ;;
 	nginx-chat) echo "http://127.0.0.1:$NGINX_CHAT/v1/chat/completions" ;;
-	nginx-sse) echo "http://127.0.0.1:$NGINX_SSE/v1/chat/completions" ;;
+	nginx-sse | nginx-paced) echo "http://127.0.0.1:$NGINX_SSE/v1/chat/completions" ;;
 	sidecar-b-*) echo "http://127.0.0.1:$SIDECAR_B/v1/chat/completions" ;;
 	sidecar-*) echo "http://127.0.0.1:$SIDECAR/v1/chat/completions" ;;
 	esac
@@ -271,20 +291,28 @@ for cfg in $CONFIGS; do
 	curl -fsSN "$(url_of $cfg sse)" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
 		-d "$SSE_REQ" -o "$tmp/got.txt"
 	cmp -s "$tmp/got.txt" "$tmp/sse.txt" || die "$cfg stream differs from the mock's: $(head -c 300 "$tmp/got.txt")"
+	case " $WORKLOADS " in *" paced "*)
+		curl -fsSN "$(url_of $cfg paced)" -H 'Content-Type: application/json' -H 'Accept: text/event-stream' \
+			-H 'X-Bench-Paced: 1' -d "$SSE_REQ" -o "$tmp/got.txt"
+		cmp -s "$tmp/got.txt" "$tmp/sse.txt" || die "$cfg paced stream differs from the mock's: $(head -c 300 "$tmp/got.txt")"
+		;;
+	esac
 done
 
 # --- wrk ---------------------------------------------------------------------------------------
-lua_of() { # file body accept
+lua_of() { # file body accept [paced]
 	{
 		echo 'wrk.method = "POST"'
 		echo "wrk.body = '$2'"
 		echo 'wrk.headers["Content-Type"] = "application/json"'
 		echo 'wrk.headers["Authorization"] = "Bearer sk-bench-not-a-key"'
 		[ -z "$3" ] || echo "wrk.headers[\"Accept\"] = \"$3\""
+		[ -z "${4:-}" ] || echo 'wrk.headers["X-Bench-Paced"] = "1"'
 	} >"$1"
 }
 lua_of "$tmp/chat.lua" "$CHAT_REQ" ""
 lua_of "$tmp/sse.lua" "$SSE_REQ" "text/event-stream"
+lua_of "$tmp/paced.lua" "$SSE_REQ" "text/event-stream" paced
 
 # cpu_ticks PID...: "utime stime" of the processes and their children (nginx's workers).
 cpu_ticks() {
@@ -400,6 +428,7 @@ lat_one() { # round workload config
 log "measuring at a fixed rate: $LAT_RATE requests/s over $LAT_CONNS connections, $ROUNDS rounds of $LAT_DURATION ..."
 for round in $(seq "$ROUNDS"); do
 	for wl in $WORKLOADS; do
+		[ "$wl" != paced ] || continue # a paced stream lasts 20 gaps: no fixed rate of LAT_RATE
 		for cfg in $CONFIGS; do lat_one "$round" "$wl" "$cfg"; done
 	done
 done
@@ -433,8 +462,8 @@ awk -F'\t' -v nginx_rss="$NGINX_RSS" -v sidecar_rss="$SIDECAR_RSS" -v configs="$
 END {
 	printf "| workload | conns | config | req/s | p50 | p99 | p99 / nginx | added p50 | added p99 | CPU/req | user/req | CPU / nginx | ratio to nginx |\n"
 	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	split("chat sse", W, " "); split("10 64", C, " "); nf = split(configs, F, " ")
-	for (wi = 1; wi <= 2; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= nf; fi++) {
+	split("chat sse paced", W, " "); split("10 64", C, " "); nf = split(configs, F, " ")
+	for (wi = 1; wi <= 3; wi++) for (ci = 1; ci <= 2; ci++) for (fi = 1; fi <= nf; fi++) {
 		w = W[wi]; c = C[ci]; f = F[fi]; k = w SUBSEP c SUBSEP f
 		if (!(k in rps)) continue
 		a50 = ""; a99 = ""; ratio = ""; p99r = ""; cpur = ""
@@ -456,7 +485,7 @@ END {
 	}
 	printf "\nresident memory after the load: nginx proxy (master and workers) %.1f MiB, sidecar %.1f MiB\n", nginx_rss / 1024, sidecar_rss / 1024
 	printf "\ntargets (sidecar):\n"
-	for (wi = 1; wi <= 2; wi++) {
+	for (wi = 1; wi <= 2; wi++) { # chat and sse: a paced stream takes as long as its gaps
 		w = W[wi]
 		if ((w, 64, "ratio") in S) printf "  %-4s throughput at 64 connections >= nginx: ratio %.2f  %s\n", w, S[w, 64, "ratio"], (S[w, 64, "ratio"] >= 1 ? "met" : "NOT met")
 		if ((w, 10, "a50") in S) {
