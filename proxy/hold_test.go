@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,57 @@ func BenchmarkPipeForward(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*20), "ns/event")
 		})
+	}
+}
+
+// deadlineConn records the write deadlines set on a connection and checks, at every write, that
+// the one in force gives the client at least idle (less 15ms for the moments between armWrite's
+// clock reading and the write) and at most idle+slack.
+type deadlineConn struct {
+	net.Conn
+	t           *testing.T
+	idle, slack time.Duration
+	set         time.Time
+	sets        int
+}
+
+func (c *deadlineConn) SetWriteDeadline(d time.Time) error {
+	c.set = d
+	c.sets++
+	return c.Conn.SetWriteDeadline(d)
+}
+
+func (c *deadlineConn) Write(b []byte) (int, error) {
+	now := time.Now() // a little after armWrite's reading: a deadline just kept may seem a little short
+	if c.set.Before(now.Add(c.idle-15*time.Millisecond)) || c.set.After(now.Add(c.idle+c.slack)) {
+		c.t.Errorf("a write at %v has its deadline %v away, want between %v and %v", now.Format(time.StampMicro), c.set.Sub(now), c.idle, c.idle+c.slack)
+	}
+	return c.Conn.Write(b)
+}
+
+// A committed stream gives the client FAILOVER_IDLE_TIMEOUT for each write, moving the write
+// deadline only when the one set would come sooner, and then writeSlack later: events a few
+// milliseconds apart move it once per slack, not once each.
+func TestPipeMovesTheWriteDeadlineOncePerSlack(t *testing.T) {
+	const idle = 160 * time.Millisecond // slack 20ms
+	w, peer := loopbackPair(t, nil)
+	dc := &deadlineConn{Conn: w, t: t, idle: idle, slack: writeSlack(idle)}
+	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: idle}}}, start: time.Now()}
+	ex.gate.Reset(stream.Chat, 0)
+	ex.gate.Feed(nil)
+	p := &pipe{ex: ex, sse: true}
+	go io.Copy(io.Discard, peer) // ends when the test closes the connection
+	const events, gap = 40, 2 * time.Millisecond
+	ev := []byte("data: {\"a\":1}\n\n")
+	began := time.Now()
+	for range events {
+		if err := p.forward(dc, nil, ev, ex.gate.Observe(ev)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(gap)
+	}
+	// One move per slack that passed, and the first: far fewer than one per event.
+	if most := int(time.Since(began)/dc.slack) + 2; dc.sets > most || dc.sets >= events {
+		t.Fatalf("%d events moved the write deadline %d times, want at most %d", events, dc.sets, most)
 	}
 }

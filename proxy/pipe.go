@@ -40,6 +40,9 @@ type pipe struct {
 	hold    *[]byte
 	passing bool
 
+	// writeBy is the write deadline set on the client's connection (armWrite); zero: none yet.
+	writeBy time.Time
+
 	interrupted bool
 	cut         bool // the sidecar interrupted it (the shutdown timeout): no failure of the target's
 
@@ -576,11 +579,28 @@ write:
 // reading of its own: a read from the upstream that may have waited comes before it. A client
 // that stops reading is taken as gone, and its upstream closed, rather than holding the
 // stream, the upstream connection and the provider's generation for ever.
+//
+// The deadline is moved only when the one set would come sooner than that, and then to
+// writeSlack later: a stream's events come milliseconds apart, and moving the runtime's timer
+// for each (a lock, the timer heap, a clock reading of its own) was a twentieth of a paced
+// stream's user time (BENCHMARKS.md, The tail and the stream path, seventh step). A client
+// that reads nothing is taken as gone after the idle timeout and at most writeSlack more.
 func (p *pipe) armWrite(w net.Conn) {
-	if idle := p.ex.srv.cfg.Server.IdleTimeout; idle > 0 {
-		w.SetWriteDeadline(p.ex.tick().Add(idle)) // a closed connection fails the write that follows
+	idle := p.ex.srv.cfg.Server.IdleTimeout
+	if idle <= 0 {
+		return
 	}
+	want := p.ex.tick().Add(idle)
+	if !p.writeBy.IsZero() && !p.writeBy.Before(want) {
+		return
+	}
+	p.writeBy = want.Add(writeSlack(idle))
+	w.SetWriteDeadline(p.writeBy) // a closed connection fails the write that follows
 }
+
+// writeSlack is how much later than the idle timeout armWrite's deadline may come: a second,
+// or an eighth of a shorter timeout.
+func writeSlack(idle time.Duration) time.Duration { return min(time.Second, idle/8) }
 
 // end records how the stream ended: the final outcome goes through the decision function like
 // every other, then the request is finished (the exchange goes back to the pool).
