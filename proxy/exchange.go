@@ -28,9 +28,9 @@ import (
 //  3. When the answer is piped (startStream: an SSE stream, an image, a body past the response
 //     buffer), committedStream is set and the client connection hijacked; handlerDone leaves
 //     the exchange alone. After the handler returns, fasthttp calls hijacked on a goroutine of
-//     its own, which drops ctx and starts the stream goroutine (serveStream): from then on
-//     that goroutine owns the exchange, and pipe.end calls finish. serveStream reads nothing of
-//     the exchange after that.
+//     its own, which drops ctx and hands the exchange to a stream worker (Server.streams,
+//     serveStream): from then on that worker owns the exchange, and pipe.end calls finish.
+//     serveStream reads nothing of the exchange after that.
 //
 // ctx, and the client's body (reqBody, upBody) with it, is valid only while the handler runs.
 // The one other goroutine that touches an exchange is a watch (upstream.go), which asks

@@ -17,11 +17,13 @@ import (
 // upstream body as it arrives, one chunk per read, and an interruption the client must see.
 //
 // It is written outside fasthttp's response writer: the handler hijacks the client connection
-// (keeping it), and the stream runs in a goroutine of its own that writes the chunked body
-// itself. While it waits for the upstream it holds no read or write buffer, no request context
-// and only a small stack; with fasthttp's SetBodyStream an idle stream kept its worker
-// goroutine's grown stack, a copy buffer, a write buffer and the request context for its whole
-// life. A clean end hands the connection back to the server for the client's next request.
+// (keeping it), and the stream runs on a stream worker (workers), a goroutine that runs only
+// streams, and writes the chunked body itself. While it waits for the upstream it holds no read
+// or write buffer, no request context and a stack of a stream's depth (the deepest stream the
+// worker ran, until the garbage collector shrinks it); with fasthttp's SetBodyStream an idle
+// stream kept its worker goroutine's grown stack, a copy buffer, a write buffer and the request
+// context for its whole life. A clean end hands the connection back to the server for the
+// client's next request, served on a worker of its own.
 // Part of the exchange; owned with it by the stream goroutine from the hijack on (see exchange).
 type pipe struct {
 	ex        *exchange
@@ -103,7 +105,7 @@ func (ex *exchange) startStream(a *attempt) {
 }
 
 // serveStream writes the committed stream to the client connection c, ends the request, and
-// then serves the connection's next requests (or closes it).
+// then hands the connection to a worker that serves its next requests (or closes it).
 func (ex *exchange) serveStream(c net.Conn) {
 	s, p := ex.srv, &ex.pipe
 	w := c
@@ -136,7 +138,8 @@ func (ex *exchange) serveStream(c net.Conn) {
 }
 
 // workers are goroutines kept for one kind of job, for the stream path: a goroutine that has
-// run a job waits for the next one (up to workerIdle) instead of ending.
+// run a job waits for the next one instead of ending, until another worker begins to wait after
+// it has waited workerIdle (or Shutdown).
 //
 // A new goroutine starts with a small stack and grows it by copying it whole. The stream
 // path made two per stream: the stream's own (hijacked), and, after a clean end, the one that
@@ -149,7 +152,7 @@ type workers[T any] struct {
 	run     func(T)
 	idleFor time.Duration // workerIdle; shorter in tests
 	mu      sync.Mutex
-	idle    []idleWorker[T] // waiting, the longest-waiting first: the last to wait is handed the next job
+	idle    []idleWorker[T] // waiting, oldest first (near enough: since is read before the lock); the last gets the next job
 	stopped bool            // Shutdown began: no worker waits again
 	started atomic.Int64    // workers started, for tests
 }
