@@ -84,16 +84,21 @@ func (cs *clientConns) remove(c *clientConn) {
 // once first). It also bounds a wait for a request that had arrived before it began, which the
 // poller forgot (clientConn.sequential): the read after it finds the request, and the next
 // answer does not wait. Under load a client's next request follows its answer within
-// milliseconds, and no wait is ended.
-func (cs *clientConns) endLongWaits(quit <-chan struct{}, every time.Duration) {
+// milliseconds, and no wait is ended. At every tick it also calls also (when not nil) with the
+// tick's time: the server's other periodic look (Server.retireWorkers), on the same timer.
+func (cs *clientConns) endLongWaits(quit <-chan struct{}, every time.Duration, also func(time.Time)) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var conns []*clientConn
 	for {
+		var now time.Time
 		select {
 		case <-quit:
 			return
-		case <-tick.C:
+		case now = <-tick.C:
+		}
+		if also != nil {
+			also(now)
 		}
 		cs.mu.Lock()
 		conns = conns[:0]

@@ -138,8 +138,8 @@ func (ex *exchange) serveStream(c net.Conn) {
 }
 
 // workers are goroutines kept for one kind of job, for the stream path: a goroutine that has
-// run a job waits for the next one instead of ending, until another worker begins to wait after
-// it has waited workerIdle (or Shutdown).
+// run a job waits for the next one instead of ending, for workerIdle at most (retire), or until
+// Shutdown.
 //
 // A new goroutine starts with a small stack and grows it by copying it whole. The stream
 // path made two per stream: the stream's own (hijacked), and, after a clean end, the one that
@@ -203,6 +203,21 @@ func (w *workers[T]) wait(jobs chan T) bool {
 	if w.stopped {
 		return false
 	}
+	w.retireLocked(now)
+	w.idle = append(w.idle, idleWorker[T]{jobs, now})
+	return true
+}
+
+// retire ends the waits of the workers that, at now, have waited longer than idleFor. Besides
+// each worker that begins to wait, the server's endLongWaits calls it at every tick, so that
+// workers kept for a burst of streams end once it is over, traffic or not.
+func (w *workers[T]) retire(now time.Time) {
+	w.mu.Lock()
+	w.retireLocked(now)
+	w.mu.Unlock()
+}
+
+func (w *workers[T]) retireLocked(now time.Time) {
 	old := 0
 	for old < len(w.idle) && now.Sub(w.idle[old].since) > w.idleFor {
 		close(w.idle[old].jobs)
@@ -213,8 +228,6 @@ func (w *workers[T]) wait(jobs chan T) bool {
 		clear(w.idle[n:])
 		w.idle = w.idle[:n]
 	}
-	w.idle = append(w.idle, idleWorker[T]{jobs, now})
-	return true
 }
 
 // stop ends the waiting workers' waits, and makes the others end once their job is done.
@@ -228,10 +241,8 @@ func (w *workers[T]) stop() {
 	w.mu.Unlock()
 }
 
-// workerIdle is how long a worker may wait for its next job before the next worker to wait
-// ends it, as long as fasthttp's own idle workers wait (MaxIdleWorkerDuration's default).
-// Without traffic none ends before Shutdown: a waiting worker holds a goroutine and its stack,
-// which the garbage collector shrinks.
+// workerIdle is how long a worker may wait for its next job (a goroutine and its stack), as
+// long as fasthttp's own idle workers wait (MaxIdleWorkerDuration's default).
 const workerIdle = 10 * time.Second
 
 // streamJob is a committed stream for a stream worker: its exchange and the hijacked connection.

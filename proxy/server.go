@@ -209,8 +209,14 @@ func (quietLogger) Printf(string, ...any) {}
 
 // Serve answers proxy requests on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	go s.conns.endLongWaits(s.quit, s.waitTick)
+	go s.conns.endLongWaits(s.quit, s.waitTick, s.retireWorkers)
 	return s.proxy.Serve(clientListener{Listener: ln, conns: &s.conns, closing: &s.closing})
+}
+
+// retireWorkers ends the stream path's workers that have waited longer than workerIdle.
+func (s *Server) retireWorkers(now time.Time) {
+	s.streams.retire(now)
+	s.handedBack.retire(now)
 }
 
 // ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.

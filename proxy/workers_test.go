@@ -13,6 +13,13 @@ import (
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
+// setIdleFor sets idleFor under the lock retire reads it under.
+func (w *workers[T]) setIdleFor(d time.Duration) {
+	w.mu.Lock()
+	w.idleFor = d
+	w.mu.Unlock()
+}
+
 // waitingWorkers returns how many of w's workers wait for a job.
 func waitingWorkers[T any](w *workers[T]) int {
 	w.mu.Lock()
@@ -204,5 +211,63 @@ func TestStreamsOneAfterAnotherReuseTheirWorkers(t *testing.T) {
 	// ends, and start a second.
 	if s, h := srv.streams.started.Load(), srv.handedBack.started.Load(); s != 1 || h < 1 || h > 2 {
 		t.Fatalf("%d streams on one connection started %d stream workers and %d connection workers, want 1, and 1 or 2", streams, s, h)
+	}
+}
+
+// retire ends the waits of the workers that waited longer than idleFor, and only theirs.
+func TestWorkersRetire(t *testing.T) {
+	w := newWorkers(func(done chan struct{}) { <-done })
+	defer w.stop()
+	first, second := make(chan struct{}), make(chan struct{})
+	w.do(first)
+	w.do(second)
+	close(first)
+	untilWaiting(t, w, 1)
+	close(second)
+	untilWaiting(t, w, 2)
+	w.mu.Lock()
+	older, newer := w.idle[0].jobs, w.idle[1].jobs
+	w.idle[0].since = w.idle[0].since.Add(-2 * w.idleFor)
+	w.mu.Unlock()
+	w.retire(time.Now())
+	if !closed(older) || closed(newer) || waitingWorkers(w) != 1 {
+		t.Fatalf("after retire: the old wait ended %v, the new one %v, %d waiting; want true, false, 1", closed(older), closed(newer), waitingWorkers(w))
+	}
+}
+
+// Without traffic, the workers kept for a stream end once they have waited idleFor: the
+// server's periodic look retires them.
+func TestIdleWorkersEndWithoutTraffic(t *testing.T) {
+	srv, addr := startScripted(t, 10*time.Millisecond, pt.SSE(pt.ChatStream(2*time.Millisecond, "Hello", " world")...))
+	for _, w := range []interface{ setIdleFor(time.Duration) }{srv.streams, srv.handedBack} {
+		w.setIdleFor(time.Second) // long enough to see them wait first, on a slow machine too
+	}
+	c := dialRaw(t, addr)
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	io.WriteString(c.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(resp.Body); err != nil || !strings.Contains(string(got), "[DONE]") {
+		t.Fatalf("%v %q", err, got)
+	}
+	c.c.Close() // the connection's worker returns to wait too
+	untilWaiting(t, srv.streams, 1)
+	untilWaiting(t, srv.handedBack, 1)
+	srv.streams.mu.Lock()
+	streamWait := srv.streams.idle[0].jobs
+	srv.streams.mu.Unlock()
+	srv.handedBack.mu.Lock()
+	connWait := srv.handedBack.idle[0].jobs
+	srv.handedBack.mu.Unlock()
+	// No request comes: the periodic look ends both waits.
+	for deadline := time.Now().Add(10 * time.Second); !closed(streamWait) || !closed(connWait); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s without traffic: the stream worker's wait ended %v, the connection worker's %v", closed(streamWait), closed(connWait))
+		}
+	}
+	if n, m := waitingWorkers(srv.streams), waitingWorkers(srv.handedBack); n != 0 || m != 0 {
+		t.Fatalf("%d stream workers and %d connection workers still wait", n, m)
 	}
 }
