@@ -47,6 +47,24 @@ func closed[T any](jobs chan T) bool {
 	}
 }
 
+// twoWaiting returns workers two of which wait, the one that began to wait first (older) and
+// the other (newer), by their job channels. They are stopped when the test ends.
+func twoWaiting(t *testing.T) (w *workers[chan struct{}], older, newer chan chan struct{}) {
+	t.Helper()
+	w = newWorkers(func(done chan struct{}) { <-done })
+	t.Cleanup(w.stop)
+	first, second := make(chan struct{}), make(chan struct{})
+	w.do(first)
+	w.do(second)
+	close(first)
+	untilWaiting(t, w, 1)
+	close(second)
+	untilWaiting(t, w, 2)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w, w.idle[0].jobs, w.idle[1].jobs
+}
+
 // A job handed out while a worker waits runs on that worker; one handed out while every worker
 // is busy starts another.
 func TestWorkersReuseTheOneThatWaits(t *testing.T) {
@@ -75,17 +93,8 @@ func TestWorkersReuseTheOneThatWaits(t *testing.T) {
 // ends when the next one begins to wait. The waits are aged by moving their start back, not by
 // sleeping, so that a slow machine cannot age the wrong one.
 func TestWorkersEndAfterWaitingLong(t *testing.T) {
-	w := newWorkers(func(done chan struct{}) { <-done })
-	defer w.stop()
-	first, second := make(chan struct{}), make(chan struct{})
-	w.do(first)
-	w.do(second)
-	close(first)
-	untilWaiting(t, w, 1)
-	close(second)
-	untilWaiting(t, w, 2)
+	w, older, newer := twoWaiting(t)
 	w.mu.Lock()
-	older, newer := w.idle[0].jobs, w.idle[1].jobs
 	for i := range w.idle {
 		w.idle[i].since = w.idle[i].since.Add(-2 * w.idleFor) // both have waited past idleFor
 	}
@@ -216,17 +225,8 @@ func TestStreamsOneAfterAnotherReuseTheirWorkers(t *testing.T) {
 
 // retire ends the waits of the workers that waited longer than idleFor, and only theirs.
 func TestWorkersRetire(t *testing.T) {
-	w := newWorkers(func(done chan struct{}) { <-done })
-	defer w.stop()
-	first, second := make(chan struct{}), make(chan struct{})
-	w.do(first)
-	w.do(second)
-	close(first)
-	untilWaiting(t, w, 1)
-	close(second)
-	untilWaiting(t, w, 2)
+	w, older, newer := twoWaiting(t)
 	w.mu.Lock()
-	older, newer := w.idle[0].jobs, w.idle[1].jobs
 	w.idle[0].since = w.idle[0].since.Add(-2 * w.idleFor)
 	w.mu.Unlock()
 	w.retire(time.Now())
