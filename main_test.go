@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -118,19 +117,8 @@ func TestTargetsPrintsTheTable(t *testing.T) {
 
 	stdout.Reset()
 	stderr.Reset()
-	if code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + refusedAddr(t)}, &stdout, &stderr); code != 1 ||
+	if code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + pt.RefusedAddr()}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "failover: targets:") {
 		t.Errorf("nothing listening: exit %d, %q", code, stderr.String())
 	}
-}
-
-// refusedAddr returns a loopback address nothing listens on.
-func refusedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

@@ -172,15 +172,29 @@ func (u *Upstream) Requests() []Request {
 // connection the upstream was still answering on.
 func (u *Upstream) PeerClosed() <-chan time.Time { return u.closed }
 
-// RefusedURL returns a base URL on a loopback port nothing listens on.
-func RefusedURL() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// RefusedURL returns a base URL on a loopback port that refuses connections (see RefusedAddr).
+func RefusedURL() string { return "http://" + RefusedAddr() + "/v1" }
+
+// RefusedAddr returns a loopback address that refuses connections for the rest of the test
+// binary's life. The port is held by a socket that is bound but never listens: a connection
+// to it is refused, and no listener can be given the port. A port that was merely freed can
+// be handed to the next listener asked for, in this binary or in another package's test
+// binary running beside it, and the "refused" target then answers.
+func RefusedAddr() string {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
-		return "http://127.0.0.1:1/v1"
+		panic("proxytest: socket for a refused port: " + err.Error())
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr + "/v1"
+	syscall.CloseOnExec(fd)
+	// No SO_REUSEADDR: with it unset here, no other socket may bind the port.
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		panic("proxytest: bind a refused port: " + err.Error())
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		panic("proxytest: the refused port's address: " + err.Error())
+	}
+	return "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
 }
 
 func (u *Upstream) handle(ctx *fasthttp.RequestCtx) {
