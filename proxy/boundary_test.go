@@ -231,6 +231,13 @@ func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 	messagesBody := `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`
 	finishNoBlank := strings.TrimSuffix(pt.ChatFinish, "\n")
 	stopNoBlank := strings.TrimSuffix(messages[len(messages)-1], "\n")
+	// A Responses stream ends with response.completed, which carries the whole answer: far more
+	// than the 512 bytes of an event the sidecar keeps after commit, and here than it holds back.
+	responses := chunkData(pt.ResponsesStream(0, "Hello", strings.Repeat(" there", 200)))
+	responsesHuge := chunkData(pt.ResponsesStream(0, "Hello", strings.Repeat(" there", 16<<10)))
+	responsesBody := `{"model":"gpt-4o","stream":true,"input":"hi"}`
+	completedNoBlank := strings.TrimSuffix(responses[len(responses)-1], "\n")
+	hugeNoBlank := strings.TrimSuffix(responsesHuge[len(responsesHuge)-1], "\n")
 	tests := []struct {
 		name, path, body string
 		whole            []string // the whole events
@@ -244,7 +251,11 @@ func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 		{"chat: the finish chunk without its blank line", "/chat/completions", streamBody, chat[:2], finishNoBlank, finishNoBlank + "\n"},
 		{"chat: the finish chunk without its line end", "/chat/completions", streamBody, chat[:2], strings.TrimSuffix(finishNoBlank, "\n"), finishNoBlank + "\n"},
 		{"messages: message_stop without its blank line", "/messages", messagesBody, messages[:len(messages)-1], stopNoBlank, stopNoBlank + "\n"},
+		{"responses: a long response.completed without its blank line", "/responses", responsesBody, responses[:len(responses)-1], completedNoBlank, completedNoBlank + "\n"},
+		{"responses: a long response.completed without its line end", "/responses", responsesBody, responses[:len(responses)-1], strings.TrimSuffix(completedNoBlank, "\n"), completedNoBlank + "\n"},
+		{"responses: a response.completed over 64 KiB without its blank line", "/responses", responsesBody, responsesHuge[:len(responsesHuge)-1], hugeNoBlank, hugeNoBlank + "\n"},
 		// Cut short: the data is not whole, so the event does not count and never goes out.
+		{"responses: a long response.completed cut inside its JSON", "/responses", responsesBody, responses[:len(responses)-1], completedNoBlank[:len(completedNoBlank)-3], ""},
 		{"chat: the finish chunk cut inside its JSON", "/chat/completions", streamBody, chat[:2], finishNoBlank[:len(finishNoBlank)-20], ""},
 		{"chat: [DONE] cut", "/chat/completions", streamBody, chat, "data: [DO", ""},
 		{"chat: a field name cut", "/chat/completions", streamBody, chat, "dat", ""},

@@ -64,6 +64,16 @@ type Framer struct {
 	hasName bool
 	seen    bool // the record has at least one line (field or comment)
 
+	// Once the record's data outgrows the capture, its shape is followed (objectEnd), so that
+	// openEnd can tell a whole object from one cut short. Lazily: the data a call of Next reads
+	// is fed only if the record is still open when the call returns (most events end in the
+	// read that brought them, and then nothing is fed). shapeHead is how much of data to feed
+	// first (-1: fed); pend are the pieces past it, views into Next's p.
+	shape     objectEnd
+	shapeHead int
+	pend      [4][]byte
+	npend     int
+
 	line      lineState
 	kind      fieldKind
 	field     [maxFieldName]byte
@@ -100,6 +110,11 @@ func (f *Framer) setLimit(limit int) {
 	f.limit = limit
 	if limit > 0 {
 		if len(f.data) > limit {
+			if !f.shape.on {
+				f.shape.reset()
+				f.shape.feed(f.data) // all of the data so far: it was kept whole
+				f.shapeHead = -1
+			}
 			f.data = f.data[:limit]
 		}
 		if len(f.name) > limit {
@@ -116,6 +131,9 @@ func (f *Framer) clearRecord() {
 	f.hasName = false
 	f.seen = false
 	f.delivered = false
+	f.shape.on = false
+	clear(f.pend[:f.npend])
+	f.npend = 0
 }
 
 // Next consumes bytes from p and stops right after the first event completed
@@ -125,6 +143,18 @@ func (f *Framer) clearRecord() {
 // all of p was consumed and the partial record is remembered, so the next call
 // continues it. Call Next again on the unconsumed remainder p[n:].
 func (f *Framer) Next(p []byte) (n int, ok bool) {
+	n, ok = f.next(p)
+	if f.npend > 0 {
+		if !ok {
+			f.feedShape() // the record goes on past p: its pieces in p are fed before p goes
+		}
+		clear(f.pend[:f.npend])
+		f.npend = 0
+	}
+	return n, ok
+}
+
+func (f *Framer) next(p []byte) (n int, ok bool) {
 	if f.delivered {
 		f.clearRecord()
 	}
@@ -349,7 +379,33 @@ func (f *Framer) addValue(b []byte) {
 
 func (f *Framer) addData(b []byte) {
 	f.dataLen += len(b)
+	if f.shape.on || f.limit > 0 && len(f.data)+len(b) > f.limit {
+		// The data outgrows the capture: its shape is followed from here.
+		if !f.shape.on {
+			f.shape.reset()
+			f.shapeHead = len(f.data) // all of the data before b: none was cut yet
+		}
+		if f.npend == len(f.pend) {
+			f.feedShape()
+		}
+		f.pend[f.npend] = b
+		f.npend++
+	}
 	f.data = appendCapped(f.data, b, f.limit)
+}
+
+// feedShape feeds the shape what it has not read of the record's data: the head kept in data,
+// then the pieces pending.
+func (f *Framer) feedShape() {
+	if f.shapeHead >= 0 {
+		f.shape.feed(f.data[:f.shapeHead])
+		f.shapeHead = -1
+	}
+	for i := range f.npend {
+		f.shape.feed(f.pend[i])
+		f.pend[i] = nil
+	}
+	f.npend = 0
 }
 
 // appendCapped appends b to dst without letting dst grow past limit bytes
@@ -404,11 +460,12 @@ func (f *Framer) skipRecords() {
 
 // openEnd returns the bytes that would end the record the stream stopped inside (the line end
 // its last line lacks, and the blank line), when its data so far is whole: at least one data
-// field, not cut by the capture, and the last line, if unfinished, a data or comment line or
-// one of an ignored field (an unfinished event name may be cut). complete judges the data.
-// nil when no record is open or it cannot be ended so.
+// field, and the last line, if unfinished, a data or comment line or one of an ignored field
+// (an unfinished event name may be cut). complete judges data the capture kept whole; data
+// the capture cut is whole when it is one JSON object that ended (objectEnd). nil when no
+// record is open or it cannot be ended so.
 func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
-	if !f.inRecord() || !f.hasData || f.dataLen != len(f.data) {
+	if !f.inRecord() || !f.hasData {
 		return nil
 	}
 	var end []byte
@@ -422,7 +479,7 @@ func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
 	default:
 		return nil
 	}
-	if !complete(f.data) {
+	if cut := f.dataLen != len(f.data); cut && !f.shape.whole() || !cut && !complete(f.data) {
 		return nil
 	}
 	return end

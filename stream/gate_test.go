@@ -1271,6 +1271,7 @@ func TestGateHeldWhole(t *testing.T) {
 func TestOpenEventEnd(t *testing.T) {
 	opening := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"
 	finish := `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	long := strings.Repeat("a", tailCaptureLimit)
 	tests := []struct {
 		name, tail, want string
 		finished         bool // after the end is observed
@@ -1286,33 +1287,113 @@ func TestOpenEventEnd(t *testing.T) {
 		{"no data yet", "event: x\n", "", false},
 		{"an event name cut", "data: [DONE]\nevent: mess", "", false},
 		{"a field name cut", "data: [DONE]\nda", "", false},
-		{"data past the capture", "data: {\"x\":\"" + strings.Repeat("a", tailCaptureLimit) + "\"}\n", "", false},
+		{"an object past the capture", "data: {\"x\":\"" + long + "\"}\n", "\n", false},
+		{"the finish chunk past the capture", finish[:len(finish)-1] + `,"x":"` + long + `"}`, "\n\n", true},
+		{"data lines past the capture", "data: {\"x\":\"" + long + "\",\ndata: \"y\":[1]}", "\n\n", false},
+		{"an object past the capture cut short", "data: {\"x\":{\"y\":\"" + long + "\"}", "", false},
+		{"cut inside a string past the capture", "data: {\"x\":\"" + long + `\"}`, "", false},
+		{"an array past the capture", "data: [\"" + long + "\"]\n", "", false},
+		{"bytes after an object past the capture", "data: {\"x\":\"" + long + "\"} x\n", "", false},
+		{"many data lines past the capture", "data: {\"x\":\"" + long + "\",\ndata: \"a\":1,\ndata: \"b\":2,\ndata: \"c\":3,\ndata: \"d\":[4]}", "\n\n", false},
+		{"many data lines past the capture, cut", "data: {\"x\":\"" + long + "\",\ndata: \"a\":1,\ndata: \"b\":2,\ndata: \"c\":3,\ndata: \"d\":[4]", "", false},
 		{"between events", "", "", false},
 	}
 	for _, tc := range tests {
+		for _, bytewise := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/bytewise=%v", tc.name, bytewise), func(t *testing.T) {
+				var g Gate
+				g.Reset(Chat, 1<<20)
+				if g.Feed([]byte(opening)) != Commit {
+					t.Fatal("the opening did not commit")
+				}
+				if bytewise {
+					for i := range len(tc.tail) {
+						g.Observe([]byte(tc.tail[i : i+1]))
+					}
+				} else {
+					g.Observe([]byte(tc.tail))
+				}
+				checkOpenEventEnd(t, &g, tc.want, tc.finished)
+			})
+		}
+	}
+}
+
+// A long last event the peek limit cut while it was held before commit: its shape is followed
+// from the bytes held, so that the body ending inside it with the object whole still ends the
+// stream (a Responses stream's response.completed carries the whole answer).
+func TestOpenEventEndAfterPeekLimit(t *testing.T) {
+	completed := `event: response.completed` + "\n" + `data: {"type":"response.completed","response":{"output":[{"type":"message","content":[{"type":"output_text","text":"` +
+		strings.Repeat("Hello. ", 200) + `"}]}]}}`
+	for _, tc := range []struct {
+		name, tail, want string
+		finished         bool
+	}{
+		{"whole", completed + "\n", "\n", true},
+		{"cut short", completed[:len(completed)-2], "", false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var g Gate
-			g.Reset(Chat, 1<<20)
-			if g.Feed([]byte(opening)) != Commit {
+			g.Reset(Responses, 1024)
+			if d := g.Feed([]byte(tc.tail)); d != Commit || g.Reason() != ReasonPeekLimit {
+				t.Fatalf("Feed = %v (%v), want a commit at the peek limit", d, g.Reason())
+			}
+			checkOpenEventEnd(t, &g, tc.want, tc.finished)
+		})
+	}
+}
+
+// A body that ends anywhere inside a long last event, however the event's bytes were split into
+// reads, gets an end only once the event's object closed: a cut is never taken for an event
+// that only lacks its blank line.
+func TestOpenEventEndAtEveryCut(t *testing.T) {
+	opening := fixture(t, Responses, "text.sse")
+	opening = opening[:bytes.Index(opening, []byte("event: response.completed"))]
+	last := "event: response.completed\ndata: " + `{"type":"response.completed","response":{"output":[{"content":[{"text":"` +
+		strings.Repeat(`Say \"hi\" {[\\`, 60) + `"}],"x":[[{}],{"y":"}"}]}]}}` + "\n"
+	closed := strings.LastIndexByte(last, '}') + 1
+	for n := 0; n <= len(last); n++ {
+		for _, split := range []int{0, n / 3, n - 1} {
+			split = max(split, 0)
+			var g Gate
+			g.Reset(Responses, bigPeek)
+			if g.Feed(opening) != Commit {
 				t.Fatal("the opening did not commit")
 			}
-			g.Observe([]byte(tc.tail))
+			g.Observe([]byte(last[:split]))
+			g.Observe([]byte(last[split:n]))
 			end := g.OpenEventEnd()
-			if string(end) != tc.want {
-				t.Fatalf("OpenEventEnd = %q, want %q", end, tc.want)
+			switch want := n >= closed; {
+			case want && end == nil:
+				t.Fatalf("cut after %d of %d bytes (split at %d): no end, the object closed at %d", n, len(last), split, closed)
+			case !want && end != nil:
+				t.Fatalf("cut after %d of %d bytes (split at %d): end %q before the object closed at %d", n, len(last), split, end, closed)
 			}
-			if end == nil {
-				return
+			if end != nil && (g.Observe(end) != len(end) || !g.Finished()) {
+				t.Fatalf("cut after %d: the end did not finish the stream", n)
 			}
-			if whole := g.Observe(end); whole != len(end) || !g.fr.betweenRecords() && !g.fr.cr {
-				t.Fatalf("observing %q: whole %d, the event still open", end, whole)
-			}
-			if g.Finished() != tc.finished {
-				t.Fatalf("Finished = %v after the end, want %v", g.Finished(), tc.finished)
-			}
-			if g.OpenEventEnd() != nil {
-				t.Fatal("an end again after the event ended")
-			}
-		})
+		}
+	}
+}
+
+// checkOpenEventEnd checks what OpenEventEnd gives on g, and that the end, observed, ends the
+// event with the stream finished or not.
+func checkOpenEventEnd(t *testing.T, g *Gate, want string, finished bool) {
+	t.Helper()
+	end := g.OpenEventEnd()
+	if string(end) != want {
+		t.Fatalf("OpenEventEnd = %q, want %q", end, want)
+	}
+	if end == nil {
+		return
+	}
+	if whole := g.Observe(end); whole != len(end) || !g.fr.betweenRecords() && !g.fr.cr {
+		t.Fatalf("observing %q: whole %d, the event still open", end, whole)
+	}
+	if g.Finished() != finished {
+		t.Fatalf("Finished = %v after the end, want %v", g.Finished(), finished)
+	}
+	if g.OpenEventEnd() != nil {
+		t.Fatal("an end again after the event ended")
 	}
 }
