@@ -376,8 +376,7 @@ func (p *pipe) pump(w net.Conn) error {
 // the missing line ends are read and forwarded as if they had come, so that the event reaches
 // the client whole and counts for the stream's end (README, Streams); so also for an event too
 // large to hold, whose start already went out. An event cut short is left as it is: the stream
-// was cut, and its start never goes out (one too large to hold is closed by the blank line that
-// opens the final error event).
+// was cut, and its start, if held, never goes out.
 func (p *pipe) bodyEnded(w net.Conn, err error) error {
 	if err != io.EOF || !p.sse {
 		return err

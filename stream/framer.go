@@ -1,6 +1,9 @@
 package stream
 
-import "bytes"
+import (
+	"bytes"
+	"math"
+)
 
 // Event is one complete SSE event. Name and Data are views into the Framer's
 // memory, valid until the next call on the Framer.
@@ -56,9 +59,10 @@ const maxFieldName = 5
 // A Framer is not safe for concurrent use.
 type Framer struct {
 	limit int // most data (and name) bytes kept per event; <= 0 keeps all
+	room  int // limit, or math.MaxInt when it keeps all: addData's one comparison
 
 	data    []byte
-	dataLen int
+	dropped int // data bytes past the capture, not kept
 	hasData bool
 	name    []byte
 	hasName bool
@@ -89,7 +93,7 @@ type Framer struct {
 // Reset readies f for a new stream, keeping its buffers. captureLimit is the
 // most data bytes (and event-name bytes) kept per event; <= 0 keeps all.
 func (f *Framer) Reset(captureLimit int) {
-	f.limit = captureLimit
+	f.limit, f.room = captureLimit, roomFor(captureLimit)
 	if f.name == nil {
 		f.name = make([]byte, 0, 32)
 	}
@@ -107,14 +111,15 @@ func (f *Framer) Reset(captureLimit int) {
 // setLimit changes the capture limit mid-stream, cutting what the current
 // record already kept. The Gate uses it when it switches to tail mode.
 func (f *Framer) setLimit(limit int) {
-	f.limit = limit
+	f.limit, f.room = limit, roomFor(limit)
 	if limit > 0 {
 		if len(f.data) > limit {
-			if !f.shape.on {
+			if !f.shape.on && f.inRecord() { // a record already ended needs no shape
 				f.shape.reset()
 				f.shape.feed(f.data) // all of the data so far: it was kept whole
 				f.shapeHead = -1
 			}
+			f.dropped += len(f.data) - limit
 			f.data = f.data[:limit]
 		}
 		if len(f.name) > limit {
@@ -125,7 +130,7 @@ func (f *Framer) setLimit(limit int) {
 
 func (f *Framer) clearRecord() {
 	f.data = f.data[:0]
-	f.dataLen = 0
+	f.dropped = 0
 	f.hasData = false
 	f.name = f.name[:0]
 	f.hasName = false
@@ -143,18 +148,6 @@ func (f *Framer) clearRecord() {
 // all of p was consumed and the partial record is remembered, so the next call
 // continues it. Call Next again on the unconsumed remainder p[n:].
 func (f *Framer) Next(p []byte) (n int, ok bool) {
-	n, ok = f.next(p)
-	if f.npend > 0 {
-		if !ok {
-			f.feedShape() // the record goes on past p: its pieces in p are fed before p goes
-		}
-		clear(f.pend[:f.npend])
-		f.npend = 0
-	}
-	return n, ok
-}
-
-func (f *Framer) next(p []byte) (n int, ok bool) {
 	if f.delivered {
 		f.clearRecord()
 	}
@@ -180,7 +173,7 @@ func (f *Framer) next(p []byte) (n int, ok bool) {
 					// ends does not depend on how the stream was chunked.
 					f.cr = c == '\r'
 					f.dispatch()
-					return i + 1, true
+					return f.ended(i + 1)
 				}
 				i = f.lineEnd(p, i)
 				continue
@@ -204,7 +197,7 @@ func (f *Framer) next(p []byte) (n int, ok bool) {
 			}
 			f.addFieldName(p[i:j])
 			if j == len(p) {
-				return len(p), false
+				return f.open(len(p))
 			}
 			f.startValue()
 			if p[j] == ':' {
@@ -223,19 +216,38 @@ func (f *Framer) next(p []byte) (n int, ok bool) {
 			k := indexLineEnd(p[i:])
 			if k < 0 {
 				f.addValue(p[i:])
-				return len(p), false
+				return f.open(len(p))
 			}
 			f.addValue(p[i : i+k])
 			i = f.lineEnd(p, i+k)
 		case inComment:
 			k := indexLineEnd(p[i:])
 			if k < 0 {
-				return len(p), false
+				return f.open(len(p))
 			}
 			i = f.lineEnd(p, i+k)
 		}
 	}
-	return len(p), false
+	return f.open(len(p))
+}
+
+// open is Next's return when p ended without ending a record: the pieces of data Next noted
+// as views into p are fed to the record's shape before p goes.
+func (f *Framer) open(n int) (int, bool) {
+	if f.npend > 0 {
+		f.feedShape()
+	}
+	return n, false
+}
+
+// ended is Next's return when a record ended in p: the pieces of its data Next noted as views
+// into p are needed no more.
+func (f *Framer) ended(n int) (int, bool) {
+	if f.npend > 0 {
+		clear(f.pend[:f.npend])
+		f.npend = 0
+	}
+	return n, true
 }
 
 // bom is the UTF-8 byte order mark a stream may open with (the WHATWG grammar's
@@ -299,7 +311,7 @@ func (f *Framer) dispatch() {
 }
 
 func (f *Framer) view() Event {
-	ev := Event{DataLen: f.dataLen, HasData: f.hasData}
+	ev := Event{DataLen: len(f.data) + f.dropped, HasData: f.hasData}
 	if f.hasName {
 		ev.Name = f.name
 	}
@@ -378,20 +390,36 @@ func (f *Framer) addValue(b []byte) {
 }
 
 func (f *Framer) addData(b []byte) {
-	f.dataLen += len(b)
-	if f.shape.on || f.limit > 0 && len(f.data)+len(b) > f.limit {
-		// The data outgrows the capture: its shape is followed from here.
-		if !f.shape.on {
-			f.shape.reset()
-			f.shapeHead = len(f.data) // all of the data before b: none was cut yet
-		}
-		if f.npend == len(f.pend) {
-			f.feedShape()
-		}
-		f.pend[f.npend] = b
-		f.npend++
+	if len(f.data)+len(b) > f.room {
+		f.addPastCapture(b)
+		return
 	}
+	f.data = append(f.data, b...)
+}
+
+// roomFor returns the room for a capture limit (Framer.room).
+func roomFor(limit int) int {
+	if limit <= 0 {
+		return math.MaxInt
+	}
+	return limit
+}
+
+// addPastCapture adds data that does not fit the capture: what fits is kept, and the record's
+// shape is followed from the first byte that does not (it stays on: the capture is full).
+func (f *Framer) addPastCapture(b []byte) {
+	if !f.shape.on {
+		f.shape.reset()
+		f.shapeHead = len(f.data) // all of the data before b: none was cut yet
+	}
+	if f.npend == len(f.pend) {
+		f.feedShape()
+	}
+	f.pend[f.npend] = b
+	f.npend++
+	kept := len(f.data)
 	f.data = appendCapped(f.data, b, f.limit)
+	f.dropped += len(b) - (len(f.data) - kept)
 }
 
 // feedShape feeds the shape what it has not read of the record's data: the head kept in data,
@@ -479,7 +507,7 @@ func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
 	default:
 		return nil
 	}
-	if cut := f.dataLen != len(f.data); cut && !f.shape.whole() || !cut && !complete(f.data) {
+	if cut := f.dropped > 0; cut && !f.shape.whole() || !cut && !complete(f.data) {
 		return nil
 	}
 	return end

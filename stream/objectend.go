@@ -10,7 +10,7 @@ import "bytes"
 // enough to tell an object that ended from one cut short, without parsing it. Fed in pieces,
 // under any split; it allocates nothing.
 type objectEnd struct {
-	on    bool   // the data outgrew the capture, and every byte of it was fed
+	on    bool   // following: the data outgrew the capture (the Framer feeds it every byte, in order)
 	state uint8  // where the bytes fed so far stand
 	depth uint8  // open brackets
 	kinds uint64 // bit i: the bracket open at depth i+1 is '{' (else '[')
