@@ -288,3 +288,68 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("stop_grace_period %v s must exceed FAILOVER_SHUTDOWN_TIMEOUT %v s", grace, drain)
 	}
 }
+
+// The compose file's header says what to run from the repository root: the secret files it
+// writes there are the ones the file mounts (compose resolves the file's paths from its own
+// directory), the -f path is this file, and secrets/ is kept out of git and of the image's
+// build context.
+func TestComposeRunsFromTheRepositoryRoot(t *testing.T) {
+	const repoRoot = "../.."
+	path := filepath.Join(deployDir, "compose.yaml")
+	lines := readLines(t, path)
+
+	var header []string
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		header = append(header, l)
+	}
+	commands := strings.Join(header, "\n")
+	if !strings.Contains(commands, "from the repository root") {
+		t.Error("the header does not say where to run its commands")
+	}
+	fileFlag := regexp.MustCompile(`docker compose -f (\S+)`).FindStringSubmatch(commands)
+	if fileFlag == nil {
+		t.Fatal("the header has no docker compose -f command")
+	}
+	if filepath.Clean(filepath.Join(repoRoot, fileFlag[1])) != filepath.Clean(path) {
+		t.Errorf("docker compose -f %s, from the repository root, is not %s", fileFlag[1], path)
+	}
+
+	// The build context is the repository root, where the Dockerfile is.
+	service := children(lines, find(t, lines, `^  failover:\s*$`))
+	if ctx := filepath.Join(deployDir, field(t, service, "build")); filepath.Clean(ctx) != filepath.Clean(repoRoot) {
+		t.Errorf("build: %s is not the repository root", field(t, service, "build"))
+	}
+
+	secrets := children(lines, find(t, lines, `^secrets:\s*$`))
+	files := 0
+	for i, l := range secrets {
+		m := regexp.MustCompile(`^  ([a-z0-9-]+):\s*$`).FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		name, file := m[1], field(t, children(secrets, i), "file")
+		files++
+		fromRoot, err := filepath.Rel(repoRoot, filepath.Join(deployDir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join("secrets", name); fromRoot != want {
+			t.Errorf("secret %s: file %s is %s from the repository root, want %s", name, file, fromRoot, want)
+		}
+		if !strings.Contains(commands, "> "+filepath.ToSlash(fromRoot)+"\n") {
+			t.Errorf("secret %s: the header does not write %s", name, fromRoot)
+		}
+	}
+	if files == 0 {
+		t.Fatal("no secret files")
+	}
+
+	for file, want := range map[string]string{".gitignore": "/secrets/", ".dockerignore": "secrets"} {
+		if !slices.Contains(readLines(t, filepath.Join(repoRoot, file)), want) {
+			t.Errorf("%s does not list %s", file, want)
+		}
+	}
+}
