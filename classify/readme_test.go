@@ -10,17 +10,20 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// readmeTable returns the cells of the first Markdown table after the heading, without the
-// header and separator rows.
-func readmeTable(t *testing.T, heading string) [][]string {
+// streamsPage is the documentation page that holds the table of error statuses.
+const streamsPage = "../docs/streams.md"
+
+// readmeTable returns the cells of the first Markdown table after the heading in the page,
+// without the header and separator rows.
+func readmeTable(t *testing.T, page, heading string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(b), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no %q", heading)
+		t.Fatalf("%s has no %q", page, heading)
 	}
 	var rows [][]string
 	for _, line := range strings.Split(after, "\n") {
@@ -42,13 +45,13 @@ func readmeTable(t *testing.T, heading string) [][]string {
 	return rows[2:]
 }
 
-// README, "The status of an error event": the table lists every name the code maps, with
-// the status it maps to and the fields it is read from, and the numbered rules hold.
+// docs/streams.md, "The status of an error event": the table lists every name the code maps,
+// with the status it maps to and the fields it is read from, and the numbered rules hold.
 func TestReadmeErrorStatuses(t *testing.T) {
 	var p fastjson.Parser
 	status := func(body string) int { return ExtractError(&p, []byte(body)).Status }
 	seenTypes, seenCodes := map[string]bool{}, map[string]bool{}
-	for _, row := range readmeTable(t, "### The status of an error event") {
+	for _, row := range readmeTable(t, streamsPage, "## The status of an error event") {
 		if len(row) != 3 {
 			t.Fatalf("row %q: want 3 cells", row)
 		}
@@ -61,13 +64,13 @@ func TestReadmeErrorStatuses(t *testing.T) {
 		switch row[1] {
 		case "`type`":
 			if got, ok := anthropicTypes[name]; !ok || got != want {
-				t.Errorf("README maps type %s to %d; the code: %d (listed %v)", name, want, got, ok)
+				t.Errorf("the docs map type %s to %d; the code: %d (listed %v)", name, want, got, ok)
 			}
 			seenTypes[name] = true
 			bodies = []string{fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"m"}}`, name)}
 		case "`code`, `type` or `status`":
 			if got, ok := codeStatuses[name]; !ok || got != want {
-				t.Errorf("README maps %s to %d; the code: %d (listed %v)", name, want, got, ok)
+				t.Errorf("the docs map %s to %d; the code: %d (listed %v)", name, want, got, ok)
 			}
 			seenCodes[name] = true
 			bodies = []string{
@@ -80,18 +83,18 @@ func TestReadmeErrorStatuses(t *testing.T) {
 		}
 		for _, body := range bodies {
 			if got := status(body); got != want {
-				t.Errorf("%s: status %d, README says %d", body, got, want)
+				t.Errorf("%s: status %d, the docs say %d", body, got, want)
 			}
 		}
 	}
 	for name := range anthropicTypes {
 		if !seenTypes[name] {
-			t.Errorf("type %s is mapped but not in README's table", name)
+			t.Errorf("type %s is mapped but not in the docs' table (%s)", name, streamsPage)
 		}
 	}
 	for name := range codeStatuses {
 		if !seenCodes[name] {
-			t.Errorf("%s is mapped but not in README's table", name)
+			t.Errorf("%s is mapped but not in the docs' table (%s)", name, streamsPage)
 		}
 	}
 
