@@ -294,7 +294,6 @@ func TestComposeFile(t *testing.T) {
 // directory), the -f path is this file, and secrets/ is kept out of git and of the image's
 // build context.
 func TestComposeRunsFromTheRepositoryRoot(t *testing.T) {
-	const repoRoot = "../.."
 	path := filepath.Join(deployDir, "compose.yaml")
 	lines := readLines(t, path)
 
