@@ -17,6 +17,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -189,7 +190,7 @@ func healthcheck(environ []string, stderr io.Writer) int {
 func targets(environ []string, stdout, stderr io.Writer) int {
 	resp, err := getMetricsListener(environ, "/targets")
 	if err != nil {
-		fmt.Fprintf(stderr, "failover: targets: %v\n", err)
+		fmt.Fprintf(stderr, "failover: targets: %s\n", unreachable(environ, err))
 		return 1
 	}
 	defer resp.Body.Close()
@@ -211,23 +212,64 @@ func targets(environ []string, stdout, stderr io.Writer) int {
 
 // getMetricsListener asks path of the running sidecar's metrics listener
 // (FAILOVER_METRICS_LISTEN, read from environ; an address on every interface is asked on
-// loopback), waiting at most 2 s.
+// loopback), waiting at most metricsWait.
 func getMetricsListener(environ []string, path string) (*http.Response, error) {
+	addr, err := metricsListenerAddr(environ)
+	if err != nil {
+		return nil, err
+	}
+	client := http.Client{Timeout: metricsWait}
+	return client.Get("http://" + addr + path)
+}
+
+// metricsWait is how long getMetricsListener waits for the sidecar's answer.
+const metricsWait = 2 * time.Second
+
+// metricsListenerAddr returns the address getMetricsListener asks: FAILOVER_METRICS_LISTEN
+// (:9464 when unset), on loopback when it names every interface.
+func metricsListenerAddr(environ []string) (string, error) {
 	addr := ":9464"
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "FAILOVER_METRICS_LISTEN="); ok && v != "" {
-			addr = v
-		}
+	if v, _ := lookupEnv(environ, "FAILOVER_METRICS_LISTEN"); v != "" {
+		addr = v
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("FAILOVER_METRICS_LISTEN=%s: %w", addr, err)
+		return "", fmt.Errorf("FAILOVER_METRICS_LISTEN=%s: %w", addr, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	client := http.Client{Timeout: 2 * time.Second}
-	return client.Get("http://" + net.JoinHostPort(host, port) + path)
+	return net.JoinHostPort(host, port), nil
+}
+
+// unreachable explains, for a person, an error from getMetricsListener: which address was
+// asked, which variable sets it, and what to do. The usual cause is that no sidecar runs
+// there, or that it runs with another FAILOVER_METRICS_LISTEN than this command was given.
+func unreachable(environ []string, err error) string {
+	addr, aerr := metricsListenerAddr(environ)
+	if aerr != nil {
+		return aerr.Error()
+	}
+	var what string
+	var netErr net.Error
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		what = fmt.Sprintf("no sidecar answered on %s within %s", addr, metricsWait)
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		what = fmt.Sprintf("no sidecar answers on %s (%v)", addr, opErr.Err)
+	default:
+		what = fmt.Sprintf("cannot ask %s: %v", addr, err)
+	}
+	where := "FAILOVER_METRICS_LISTEN (not set here, so the default :9464)"
+	if v, _ := lookupEnv(environ, "FAILOVER_METRICS_LISTEN"); v != "" {
+		where = "FAILOVER_METRICS_LISTEN=" + v
+		if host, _, _ := net.SplitHostPort(v); host == "" || host == "0.0.0.0" || host == "::" {
+			where += " (every interface: asked on loopback)"
+		}
+	}
+	return what + "\n  The address comes from " + where + "." +
+		"\n  Start the sidecar, or set FAILOVER_METRICS_LISTEN here to the value the sidecar runs with."
 }
 
 // newLogger returns the slog logger: tint (coloured on a terminal, NO_COLOR respected) for

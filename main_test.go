@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
@@ -104,7 +107,8 @@ func TestTargetsPrintsTheTable(t *testing.T) {
 		t.Fatalf("want a header and one line per target:\n%s", out)
 	}
 	for i, want := range []*regexp.Regexp{
-		regexp.MustCompile(`^t0 +ejected +(9\.\d|10)s +0 +1 +server_error \S+ ago +\S+ +-$`),
+		// The failure that ejected it, and its answer's latency: not the 5s least-latency charges.
+		regexp.MustCompile(`^t0 +ejected +(9\.\d|10)s +1 +1 +server_error \S+ ago +[\d.]+(µs|ms) +-$`),
 		regexp.MustCompile(`^t1 +ratelimited +(59|1m0)\S* +0 +0 +- +\S+ +requests 0/500 full in (59|1m0)\S*$`),
 	} {
 		if !want.MatchString(lines[i+1]) {
@@ -114,11 +118,58 @@ func TestTargetsPrintsTheTable(t *testing.T) {
 	if strings.Contains(out, "sk-targets") {
 		t.Errorf("a key was printed:\n%s", out)
 	}
+}
 
-	stdout.Reset()
-	stderr.Reset()
-	if code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + pt.RefusedAddr()}, &stdout, &stderr); code != 1 ||
-		!strings.Contains(stderr.String(), "failover: targets:") {
-		t.Errorf("nothing listening: exit %d, %q", code, stderr.String())
+// `failover targets` with no sidecar to answer says, in words, which address it asked, which
+// variable sets it and what to do, and exits 1.
+func TestTargetsWithoutASidecar(t *testing.T) {
+	refused := pt.RefusedAddr()
+	_, port, _ := net.SplitHostPort(refused)
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: connects, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	for _, tc := range []struct {
+		name   string
+		listen string
+		want   []string
+	}{
+		{"nothing listens", refused,
+			[]string{"failover: targets: no sidecar answers on " + refused + " (", "refused", "FAILOVER_METRICS_LISTEN=" + refused + ".", "Start the sidecar"}},
+		{"an address on every interface", ":" + port,
+			[]string{"no sidecar answers on 127.0.0.1:" + port + " (", "FAILOVER_METRICS_LISTEN=:" + port + " (every interface: asked on loopback)"}},
+		{"a sidecar that does not answer", silent.Addr().String(),
+			[]string{"no sidecar answered on " + silent.Addr().String() + " within 2s", "FAILOVER_METRICS_LISTEN=" + silent.Addr().String()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + tc.listen}, &stdout, &stderr)
+			checkUnreachable(t, code, stderr.String(), tc.want)
+		})
+	}
+	// Unset, the variable's default is named. (Asked on a refused port: :9464 may be in use here.)
+	_, err = http.Get("http://" + refused)
+	checkUnreachable(t, 1, "failover: targets: "+unreachable(nil, err)+"\n",
+		[]string{"on 127.0.0.1:9464 (", "FAILOVER_METRICS_LISTEN (not set here, so the default :9464)"})
+}
+
+func checkUnreachable(t *testing.T, code int, stderr string, want []string) {
+	t.Helper()
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("no %q in:\n%s", w, stderr)
+		}
+	}
+	if strings.Contains(stderr, "dial tcp") {
+		t.Errorf("the bare network error:\n%s", stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("a line of %d columns: %q", n, line)
+		}
 	}
 }

@@ -47,7 +47,7 @@ type Health struct {
 	calm       atomic.Bool
 	ejections  atomic.Uint64 // total, monotonic
 	mu         sync.Mutex
-	failures   int // consecutive health failures
+	failures   int // consecutive health failures since the last success, the ones that ejected it included
 	inRow      int // consecutive ejections, reset by a success
 	ejected    bool
 	probing    bool // a probe has been handed out and has not reported
@@ -136,6 +136,7 @@ func (h *Health) failure(now time.Time, silent bool) (ejected bool, d time.Durat
 	defer h.mu.Unlock()
 	switch {
 	case h.probing:
+		h.failures++
 		if silent && h.freed {
 			h.distrust = true
 		}
@@ -158,17 +159,19 @@ func (h *Health) Eject(now time.Time) time.Duration {
 	if h.ejected && !h.probing {
 		return 0
 	}
+	h.failures++
 	return h.eject(now, false)
 }
 
-// eject starts the next ejection, silent or fast. h.mu must be held.
+// eject starts the next ejection, silent or fast. h.mu must be held. The failure count is
+// left as it is, for the target table (README, The target table): only an ejected target's
+// success sets it back to 0, and nothing reads it while the target is ejected.
 func (h *Health) eject(now time.Time, silent bool) time.Duration {
 	h.inRow++
 	d := ejectFor(h.ejectBase, h.ejectMax, h.inRow)
 	if silent {
 		d = max(d, h.ejectSilent)
 	}
-	h.failures = 0
 	h.ejected, h.probing, h.silent, h.freed = true, false, silent, false
 	h.ejectUntil = now.Add(d)
 	h.calm.Store(false)

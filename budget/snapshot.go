@@ -10,8 +10,11 @@ type Snapshot struct {
 	// Until is when the state ends by itself: the ejection's end (ejected), the cooldown's
 	// (cooling), the rate limit's reset (ratelimited). Zero for up and probing, which a
 	// request ends.
-	Until     time.Time
-	Failures  int         // consecutive health failures, towards FAILOVER_EJECT_AFTER
+	Until time.Time
+	// Failures are the consecutive health failures since the target last succeeded, towards
+	// FAILOVER_EJECT_AFTER: an ejected target keeps the ones that ejected it (an ejection for a
+	// credential failure counts as one), each failed probe adds one, and a success sets it to 0.
+	Failures  int
 	Ejections uint64      // ejections since start
 	Figures   RateFigures // what the last answer that reported quota said
 }

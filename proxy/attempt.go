@@ -316,7 +316,7 @@ func (ex *exchange) limit(a *attempt, v classify.Verdict, next *Target) (classif
 	}
 	ex.reportLimit(a, limited.Reason, now)
 	if limited.Action == classify.ActionTransfer && v.Transient && a.t.retries > 0 && !ex.budget.RetryAllowed(a.t.retries) {
-		s.metrics.budgetExhausted[budgetTargetRetry].Inc()
+		// The sweep moves on: an ordinary transfer, not a budget that ends the request.
 		ex.event(slog.LevelInfo, "target_transfer_limit_reached", a, slog.Int("retries", ex.budget.RetriesOnTarget()))
 	}
 	return limited, next

@@ -211,6 +211,7 @@ func (ex *exchange) do(a *attempt) {
 	a.status = resp.StatusCode()
 	a.ttfb = ex.tick().Sub(a.sent)
 	t.metrics.firstByte.Update(a.ttfb.Seconds())
+	t.observeAnswer(a.ttfb)
 	ex.observeHead(a)
 
 	success := a.status >= 200 && a.status < 300

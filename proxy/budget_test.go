@@ -212,6 +212,20 @@ func TestTargetRetriesUsedUp(t *testing.T) {
 	if len(s.Records("target_transfer_limit_reached")) != 1 {
 		t.Error("target_transfer_limit_reached not logged")
 	}
+	// An ordinary transfer: it shows in failover_attempts_total, and no budget that ends a
+	// request was exhausted (README, Metrics).
+	page := s.ScrapeMetrics()
+	if got := metric(page, `failover_attempts_total{target="t0",class="server_error",action="transfer"}`); got != 1 {
+		t.Errorf("transfers counted %v, want 1", got)
+	}
+	for _, budget := range []string{"max_attempts", "max_elapsed", "retry_budget"} {
+		if got := metric(page, `failover_budget_exhausted_total{budget="`+budget+`"}`); got != 0 {
+			t.Errorf("failover_budget_exhausted_total{budget=%q} = %v, want 0", budget, got)
+		}
+	}
+	if strings.Contains(page, "target_retries") {
+		t.Error("a target's own retries running out is counted as an exhausted budget")
+	}
 }
 
 func TestEjection(t *testing.T) {

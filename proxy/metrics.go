@@ -33,18 +33,19 @@ var outcomeNames = [numOutcomes]string{"ok", "ok_after_failover", "upstream_erro
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
-// Budgets that can stop a sweep, for failover_budget_exhausted_total.
+// Budgets that end a request, for failover_budget_exhausted_total (README, Metrics). A
+// target's own retries running out is not one of them: the sweep moves on, and the transfer
+// shows in failover_attempts_total (log target_transfer_limit_reached).
 type budgetKind uint8
 
 const (
 	budgetTransfers   budgetKind = iota // FAILOVER_MAX_ATTEMPTS
 	budgetElapsed                       // FAILOVER_MAX_ELAPSED
 	budgetRetryBudget                   // FAILOVER_RETRY_BUDGET_*
-	budgetTargetRetry                   // a target's own retries used up (the sweep moves on)
 	numBudgets
 )
 
-var budgetNames = [numBudgets]string{"max_attempts", "max_elapsed", "retry_budget", "target_retries"}
+var budgetNames = [numBudgets]string{"max_attempts", "max_elapsed", "retry_budget"}
 
 // latencyBuckets suit LLM calls: milliseconds for a cached or tiny answer, minutes for a long
 // generation.

@@ -163,17 +163,22 @@ func (l *leastLatency) first(_, usable []int, _ *exchange) int {
 	return usable[best]
 }
 
-// observeLatency folds a time-to-first-byte sample into the target's moving average (weight
-// 1/4 for the new sample: recent enough to follow a provider's bad minute).
-func (t *Target) observeLatency(d time.Duration) {
+// observeLatency folds a time-to-first-byte sample into the moving average least-latency
+// ranks by.
+func (t *Target) observeLatency(d time.Duration) { foldLatency(&t.latencyNS, d) }
+
+// foldLatency folds a sample into the moving average in v, in nanoseconds, 0 before the first
+// (weight 1/4 for the new sample: recent enough to follow a provider's bad minute). Lock-free
+// and allocation-free: it runs on the request path.
+func foldLatency(v *atomic.Int64, d time.Duration) {
 	ns := max(int64(d), 1)
 	for {
-		old := t.latencyNS.Load()
+		old := v.Load()
 		next := ns
 		if old != 0 {
 			next = old + (ns-old)/4
 		}
-		if t.latencyNS.CompareAndSwap(old, next) {
+		if v.CompareAndSwap(old, next) {
 			return
 		}
 	}

@@ -45,8 +45,12 @@ type Target struct {
 	health  *budget.Health
 	pool    *pool
 	metrics *targetMetrics
-	// latencyNS is an exponentially weighted time to first byte, for least-latency.
+	// latencyNS is an exponentially weighted time to first byte, for least-latency: a failed
+	// attempt counts as a slow sample (failedAttemptLatency).
 	latencyNS atomic.Int64
+	// answerNS is the same average over the target's answers alone, as they came, for the
+	// target table (targets.go): never a failure's charge.
+	answerNS atomic.Int64
 	// probeReq is what the background probe asks (prober.go); bgProbe is set while one runs.
 	probeReq atomic.Pointer[probeRequest]
 	bgProbe  atomic.Bool

@@ -31,16 +31,22 @@ type TargetState struct {
 	State string `json:"state"`
 	// Until is when the state ends by itself (an ejection, a cooldown, a rate limit); absent
 	// for up and probing.
-	Until               time.Time `json:"until,omitzero"`
-	ConsecutiveFailures int       `json:"consecutive_failures"`
-	Ejections           uint64    `json:"ejections"`
+	Until time.Time `json:"until,omitzero"`
+	// ConsecutiveFailures are the health failures since the target last succeeded, towards
+	// FAILOVER_EJECT_AFTER: an ejected target shows the ones that ejected it.
+	ConsecutiveFailures int    `json:"consecutive_failures"`
+	Ejections           uint64 `json:"ejections"`
 	// LastError is the class of the target's last failed attempt (README, Metrics: the attempt
 	// classes), and LastErrorAt when it ended; absent before any.
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// AnswerLatencyMS is the recent time to response headers of the target's answers, in
+	// milliseconds, whatever their status; absent before any answer. It is what the
+	// LATENCY column shows.
+	AnswerLatencyMS float64 `json:"answer_latency_ms,omitzero"`
 	// LatencyMS is the recent time to response headers that least-latency ranks by, in
-	// milliseconds (a failed attempt counts as at least FAILOVER_CONNECT_TIMEOUT); absent
-	// before any attempt.
+	// milliseconds: a failed attempt counts as at least FAILOVER_CONNECT_TIMEOUT, so that a
+	// target failing fast is not the favourite. Absent before any attempt.
 	LatencyMS float64 `json:"latency_ms,omitzero"`
 	// RateLimit is what the target's last answer that reported quota said, by quota
 	// (requests, tokens, input_tokens, output_tokens); absent before any.
@@ -61,6 +67,9 @@ func (t *Target) noteError(c classify.Class, now time.Time) {
 	t.lastError.Store(uint32(c) + 1)
 }
 
+// observeAnswer folds an answer's time to response headers into answerNS, for the table.
+func (t *Target) observeAnswer(d time.Duration) { foldLatency(&t.answerNS, d) }
+
 // targetTable returns the target table now.
 func (s *Server) targetTable() TargetTable {
 	now := s.clock.Now()
@@ -73,9 +82,8 @@ func (s *Server) targetTable() TargetTable {
 			ts.LastError = classify.Class(c - 1).String()
 			ts.LastErrorAt = time.Unix(0, t.lastErrorAt.Load()).UTC()
 		}
-		if ns := t.latencyNS.Load(); ns > 0 {
-			ts.LatencyMS = float64(time.Duration(ns).Microseconds()) / 1000
-		}
+		ts.AnswerLatencyMS = milliseconds(t.answerNS.Load())
+		ts.LatencyMS = milliseconds(t.latencyNS.Load())
 		for q := range budget.NumQuotas {
 			f := h.Figures[q]
 			if !f.HasRemaining {
@@ -94,6 +102,9 @@ func (s *Server) targetTable() TargetTable {
 	}
 	return table
 }
+
+// milliseconds renders a moving average in nanoseconds as milliseconds to the microsecond.
+func milliseconds(ns int64) float64 { return float64(time.Duration(ns).Microseconds()) / 1000 }
 
 // utc returns t in UTC without its monotonic reading, the zero time as it is.
 func utc(t time.Time) time.Time {
@@ -115,7 +126,8 @@ func (s *Server) serveTargets(ctx *fasthttp.RequestCtx) {
 }
 
 // WriteTargetTable prints the table for a person (`failover targets`): one line per target,
-// times left counted from the table's Time.
+// times left counted from the table's Time. LATENCY is the latency of the target's answers,
+// "-" before any: a failed attempt's charge for least-latency says nothing a person can read.
 func WriteTargetTable(w io.Writer, table *TargetTable) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tSTATE\tFOR\tFAILURES\tEJECTIONS\tLAST ERROR\tLATENCY\tQUOTA LEFT")
@@ -125,7 +137,7 @@ func WriteTargetTable(w io.Writer, table *TargetTable) error {
 			lastError = t.LastError + " " + ago(table.Time.Sub(t.LastErrorAt)) + " ago"
 		}
 		latency := "-"
-		if d := time.Duration(t.LatencyMS * float64(time.Millisecond)); d >= time.Millisecond {
+		if d := time.Duration(t.AnswerLatencyMS * float64(time.Millisecond)); d >= time.Millisecond {
 			latency = roundDuration(d).String()
 		} else if d > 0 {
 			latency = d.Round(time.Microsecond).String() // loopback

@@ -45,23 +45,27 @@ func byName(t *testing.T, table proxy.TargetTable, name string) proxy.TargetStat
 }
 
 // The table shows each state a target can be in, with when it ends, the counts, the last
-// error, the latency and the last rate-limit figures (README, The target table). Each target
-// serves a model of its own, so that each request goes to the one target it is meant for.
+// error, the latencies and the last rate-limit figures (README, The target table). Each target
+// serves a model of its own, so that each request goes to the one target it is meant for. An
+// ejected target shows the failures that ejected it; the latency of answers is what they took,
+// where least-latency's figure charges each failure FAILOVER_CONNECT_TIMEOUT (5s), and a target
+// that never answered has none.
 func TestTargetTableShowsEveryState(t *testing.T) {
 	ejected := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
 	cooling := upstream(t, pt.RateLimited(pt.RetryAfterSeconds(60)))
 	limited := upstream(t, okWith("x-ratelimit-limit-requests: 500", "x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 30s",
 		"x-ratelimit-limit-tokens: 30000", "x-ratelimit-remaining-tokens: 29000", "x-ratelimit-reset-tokens: 2s"))
 	up := upstream(t)
-	s, clock := startOnClock(t, env(targets(ejected.URL, cooling.URL, limited.URL, up.URL), noRetries, []string{
+	s, clock := startOnClock(t, env(targets(ejected.URL, cooling.URL, limited.URL, up.URL, pt.RefusedURL()), noRetries, []string{
 		"FAILOVER_EJECT_AFTER=2", "FAILOVER_EJECT_BASE=40s", "FAILOVER_EJECT_MAX=40s",
-		"FAILOVER_TARGET_0_MODELS=m-ejected", "FAILOVER_TARGET_1_MODELS=m-cooling", "FAILOVER_TARGET_2_MODELS=m-limited", "FAILOVER_TARGET_3_MODELS=m-up"})...)
+		"FAILOVER_TARGET_0_MODELS=m-ejected", "FAILOVER_TARGET_1_MODELS=m-cooling", "FAILOVER_TARGET_2_MODELS=m-limited", "FAILOVER_TARGET_3_MODELS=m-up",
+		"FAILOVER_TARGET_4_MODELS=m-refused"})...)
 	start := clock.Now()
 	post := func(model string) { s.Post("/chat/completions", `{"model":"`+model+`","messages":[]}`) }
 
 	_, table := targetTable(t, s)
 	for _, ts := range table.Targets {
-		if ts.State != "up" || !ts.Until.IsZero() || ts.LastError != "" || ts.LatencyMS != 0 || ts.RateLimit != nil {
+		if ts.State != "up" || !ts.Until.IsZero() || ts.LastError != "" || ts.LatencyMS != 0 || ts.AnswerLatencyMS != 0 || ts.RateLimit != nil {
 			t.Errorf("before any request: %+v", ts)
 		}
 	}
@@ -71,6 +75,7 @@ func TestTargetTableShowsEveryState(t *testing.T) {
 	post("m-cooling")
 	post("m-limited")
 	post("m-up")
+	post("m-refused")
 	_, table = targetTable(t, s)
 	if !table.Time.Equal(start) {
 		t.Errorf("table time %v, want the policy clock's %v", table.Time, start)
@@ -78,8 +83,8 @@ func TestTargetTableShowsEveryState(t *testing.T) {
 	left := func(ts proxy.TargetState) time.Duration { return ts.Until.Sub(table.Time) }
 
 	e := byName(t, table, "t0")
-	if e.State != "ejected" || left(e) != 40*time.Second || e.Ejections != 1 || e.ConsecutiveFailures != 0 ||
-		e.LastError != "server_error" || !e.LastErrorAt.Equal(start) || e.LatencyMS <= 0 {
+	if e.State != "ejected" || left(e) != 40*time.Second || e.Ejections != 1 || e.ConsecutiveFailures != 2 ||
+		e.LastError != "server_error" || !e.LastErrorAt.Equal(start) || e.LatencyMS < 5000 || e.AnswerLatencyMS <= 0 || e.AnswerLatencyMS >= 5000 {
 		t.Errorf("ejected: %+v", e)
 	}
 	c := byName(t, table, "t1")
@@ -95,13 +100,18 @@ func TestTargetTableShowsEveryState(t *testing.T) {
 		t.Errorf("ratelimited: %+v", l)
 	}
 	u := byName(t, table, "t3")
-	if u.State != "up" || !u.Until.IsZero() || u.ConsecutiveFailures != 0 || u.LastError != "" || u.LatencyMS <= 0 || u.RateLimit != nil {
+	if u.State != "up" || !u.Until.IsZero() || u.ConsecutiveFailures != 0 || u.LastError != "" || u.LatencyMS <= 0 || u.AnswerLatencyMS <= 0 ||
+		u.RateLimit != nil {
 		t.Errorf("up: %+v", u)
+	}
+	r := byName(t, table, "t4")
+	if r.State != "up" || r.ConsecutiveFailures != 1 || r.LastError != "refused" || r.LatencyMS < 5000 || r.AnswerLatencyMS != 0 {
+		t.Errorf("refused: %+v", r)
 	}
 
 	clock.Advance(41 * time.Second) // past the ejection and the rate limit, not the cooldown
 	_, table = targetTable(t, s)
-	if e := byName(t, table, "t0"); e.State != "probing" || !e.Until.IsZero() {
+	if e := byName(t, table, "t0"); e.State != "probing" || !e.Until.IsZero() || e.ConsecutiveFailures != 2 {
 		t.Errorf("probing: %+v", e)
 	}
 	if c := byName(t, table, "t1"); c.State != "cooling" || left(c) != 19*time.Second {

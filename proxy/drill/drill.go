@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/llm-failover/failover/budget"
@@ -287,11 +286,16 @@ func scenarios() []*scenario {
 	}
 }
 
-// Run plays every drill with cfg's policy and prints the table to w. It returns the exit
-// code: 0 when every invariant held, 1 otherwise.
-func Run(cfg *proxy.Config, w io.Writer) int { return run(cfg, w, scenarios()) }
+// Run plays every drill with cfg's policy and prints the table to w, coloured when w is a
+// terminal and NO_COLOR is not set. It returns the exit code: 0 when every invariant held, 1
+// otherwise.
+func Run(cfg *proxy.Config, w io.Writer) int { return run(cfg, w, scenarios(), outputStyle(w)) }
 
-func run(cfg *proxy.Config, w io.Writer, list []*scenario) int {
+// invariantNames are the invariants that hold under any policy, in the order they print.
+var invariantNames = []string{"no replay after commit", "no attempt after the client left", "no attempt that cannot help",
+	"budgets respected", "one final answer per request", "ledger complete"}
+
+func run(cfg *proxy.Config, w io.Writer, list []*scenario, st style) int {
 	n := len(cfg.Targets)
 	names := make([]string, 0, max(n, 3))
 	for _, t := range cfg.Targets {
@@ -300,37 +304,33 @@ func run(cfg *proxy.Config, w io.Writer, list []*scenario) int {
 	if n == 0 {
 		names = []string{"primary", "secondary", "tertiary"}
 	}
-	fmt.Fprintf(w, "failover drill: %d simulated target(s) on loopback (%s), strategy %s, retries %d, max attempts %d\n\n",
-		len(names), strings.Join(names, ", "), cfg.Server.Strategy, cfg.Budget.SameTargetRetries, cfg.Budget.MaxAttempts)
-
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tWHAT THE POLICY DID\tATTEMPTS\tSTATUS\tSERVED BY")
-	var failures []string
+	plural := "s"
+	if len(names) == 1 {
+		plural = ""
+	}
+	rep := &report{intro: []string{
+		fmt.Sprintf("failover drill: %d simulated target%s on loopback (%s)", len(names), plural, strings.Join(names, ", ")),
+		fmt.Sprintf("policy: strategy %s, retries %d, max attempts %d", cfg.Server.Strategy, cfg.Budget.SameTargetRetries, cfg.Budget.MaxAttempts),
+	}}
 	start := time.Now()
 	for i, sc := range list {
 		r := play(cfg, names, sc, i+1)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.name+r.note, r.describe(), field(r.record, "attempts"), r.statusText(), r.servedBy())
+		rep.rows = append(rep.rows, row{scenario: sc.name + r.note, attempts: field(r.record, "attempts"), status: r.statusText(),
+			servedBy: r.servedBy(), did: r.describe()})
 		for _, p := range r.problems {
-			failures = append(failures, sc.name+": "+p)
+			rep.failures = append(rep.failures, sc.name+": "+p)
 		}
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "\ninvariants (%s)\n", time.Since(start).Round(time.Millisecond))
-	for _, inv := range []string{"no replay after commit", "no attempt after the client left", "no attempt that cannot help", "budgets respected",
-		"one final answer per request", "ledger complete"} {
-		state := "ok  "
-		for _, f := range failures {
-			if strings.Contains(f, "["+inv+"]") {
-				state = "FAIL"
-			}
+	rep.elapsed = time.Since(start)
+	for _, name := range invariantNames {
+		held := true
+		for _, f := range rep.failures {
+			held = held && !strings.Contains(f, "["+name+"]")
 		}
-		fmt.Fprintf(w, "  %s %s\n", state, inv)
+		rep.invariants = append(rep.invariants, invariant{name: name, held: held})
 	}
-	if len(failures) > 0 {
-		fmt.Fprintln(w, "\nfailures:")
-		for _, f := range failures {
-			fmt.Fprintln(w, "  - "+f)
-		}
+	rep.print(w, st)
+	if len(rep.failures) > 0 {
 		return 1
 	}
 	return 0

@@ -145,7 +145,7 @@ func TestRunReportsAFailedInvariantAndExits1(t *testing.T) {
 			return "a target was called after output reached the client (replay after commit)"
 		}}
 	var out strings.Builder
-	if code := run(cfg, &out, []*scenario{sc}); code != 1 {
+	if code := run(cfg, &out, []*scenario{sc}, style{}); code != 1 {
 		t.Fatalf("exit code %d, want 1:\n%s", code, out.String())
 	}
 	for _, want := range []string{"  FAIL no replay after commit", "  ok   budgets respected", "failures:\n  - scripted failure: [no replay after commit]"} {
@@ -172,7 +172,7 @@ func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
 		t.Fatal("no cancel scenario")
 	}
 	var out strings.Builder
-	if code := run(cfg, &out, []*scenario{cancel}); code != 0 {
+	if code := run(cfg, &out, []*scenario{cancel}, style{}); code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, out.String())
 	}
 }
@@ -188,6 +188,7 @@ func TestDrillWithAnInboundToken(t *testing.T) {
 	if code := Run(cfg, &out); code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, out.String())
 	}
+	checkPlainAndNarrow(t, out.String())
 	if strings.Contains(out.String(), " 401 ") {
 		t.Fatalf("a drill was rejected with 401:\n%s", out.String())
 	}
@@ -262,6 +263,7 @@ func TestDrillUnderPoliciesFasterThanItsTargets(t *testing.T) {
 			if code := Run(cfg, &out); code != 0 {
 				t.Fatalf("exit code %d:\n%s", code, out.String())
 			}
+			checkPlainAndNarrow(t, out.String())
 		})
 	}
 }
@@ -319,7 +321,8 @@ func playUnder(t *testing.T, sc *scenario, rows []policyRow) {
 			t.Fatal(err)
 		}
 		var out strings.Builder
-		if code := run(cfg, &out, []*scenario{sc}); code != 0 || !strings.Contains(out.String(), tc.want) {
+		// What the policy did wraps under its row: "\n    " continues it.
+		if code := run(cfg, &out, []*scenario{sc}, style{}); code != 0 || !strings.Contains(strings.ReplaceAll(out.String(), "\n    ", " "), tc.want) {
 			t.Fatalf("%v: exit code %d, want %q in:\n%s", tc.env, code, tc.want, out.String())
 		}
 	}

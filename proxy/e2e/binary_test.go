@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
@@ -119,6 +120,13 @@ func TestDrill(t *testing.T) {
 	for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
 		if !strings.Contains(stdout, inv) {
 			t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+		}
+	}
+	// Written to a pipe, the table has no colour, and it reads in a 100-column terminal
+	// (README, Quick start).
+	for _, line := range strings.Split(stdout, "\n") {
+		if strings.Contains(line, "\x1b") || utf8.RuneCountInString(line) > 100 {
+			t.Errorf("a line with an escape sequence or wider than 100 columns: %q", line)
 		}
 	}
 	// The effective policy is used: with failover disabled, nothing transfers.
