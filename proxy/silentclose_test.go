@@ -141,8 +141,8 @@ func TestSilentCloseThreshold(t *testing.T) {
 }
 
 // A silent close counts against the target's health as a timeout does: the ejection it causes
-// is the silent kind, lasting FAILOVER_EJECT_SILENT (README, Health), and the background probe
-// takes over. A quick close ejects for FAILOVER_EJECT_BASE, as any fast failure does. With no
+// is the silent kind, lasting FAILOVER_EJECT_SILENT (README, Health). A quick reset ejects for
+// FAILOVER_EJECT_BASE, as any fast failure does. With no
 // other candidate, a silent close is still never retried: the client gets 502 at once.
 func TestSilentCloseHealth(t *testing.T) {
 	t.Parallel()
@@ -153,7 +153,7 @@ func TestSilentCloseHealth(t *testing.T) {
 		seconds float64
 	}{
 		{"a silent close ejects as a timeout does", pt.Step{Delay: 400 * time.Millisecond, Fault: pt.FaultReset}, "silent_close", 60},
-		{"an immediate close ejects as a fast failure", pt.Step{Fault: pt.FaultReset}, "consecutive_failures", 10},
+		{"an immediate reset ejects as a fast failure", pt.Step{Fault: pt.FaultReset}, "consecutive_failures", 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
