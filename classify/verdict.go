@@ -109,9 +109,9 @@ const (
 	HealthSuccess               // resets consecutive failures
 	HealthFailure               // counts towards ejection
 	HealthEject                 // ejects at once (the target's credentials are rejected or its quota is gone)
-	// HealthSilent is a failure by timing out (connect, first byte, attempt), or by a silent close: it counts as HealthFailure does,
-	// and an ejection it causes is the silent kind, whose live probes are spaced further apart because each
-	// one keeps a request waiting (README, Health).
+	// HealthSilent is a failure by timing out (connect, first byte, attempt) or by a silent close: it counts
+	// as HealthFailure does, and an ejection it causes is the silent kind, whose live probes are spaced
+	// further apart because each one keeps a request waiting (README, Health).
 	HealthSilent
 )
 
