@@ -30,12 +30,14 @@ type Policy struct {
 	stopFilter    *prefilter
 	successFilter *prefilter
 	retryAfterMax time.Duration
+	silentClose   time.Duration // the least silence that makes a close a silent failure (WithConnectTimeout)
 }
 
 // NewPolicy builds the policy. Unset lists take their defaults (DefaultStatuses and DefaultPhrases);
 // "none" configures an empty list. retryAfterMax is FAILOVER_RETRY_AFTER_MAX.
 func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Policy {
-	p := &Policy{statuses: c.RetryOnStatuses, phrases: c.RetryOnErrors, stop: stop, success: success, retryAfterMax: retryAfterMax}
+	p := &Policy{statuses: c.RetryOnStatuses, phrases: c.RetryOnErrors, stop: stop, success: success, retryAfterMax: retryAfterMax,
+		silentClose: SilentCloseAfter}
 	if !p.statuses.set {
 		p.statuses, _ = ParseStatusSet(DefaultStatuses)
 	}
@@ -45,6 +47,24 @@ func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Pol
 	p.stopFilter = newPrefilter(patternsOf(stop))
 	p.successFilter = newPrefilter(patternsOf(success))
 	return p
+}
+
+// SilentCloseAfter is the silence after the request was sent from which a target that closes or
+// resets the connection without a byte of answer has failed silently (class silent_close),
+// unless FAILOVER_CONNECT_TIMEOUT is shorter (WithConnectTimeout).
+const SilentCloseAfter = time.Second
+
+// WithConnectTimeout returns a copy of the policy for FAILOVER_CONNECT_TIMEOUT d (0: none): a
+// close or reset without a byte of answer is a silent failure from min(SilentCloseAfter, d)
+// of silence after the request was sent. An operator who allows a connection that little
+// time expects no target to stay silent longer before it closes.
+func (p *Policy) WithConnectTimeout(d time.Duration) *Policy {
+	c := *p
+	c.silentClose = SilentCloseAfter
+	if d > 0 && d < c.silentClose {
+		c.silentClose = d
+	}
+	return &c
 }
 
 func patternsOf(rules []Rule) []*regexp.Regexp {
@@ -87,14 +107,21 @@ func (p *Policy) decide(o *Outcome) Verdict {
 	switch o.Kind {
 	case KindTransport:
 		v := Verdict{Class: transportClass(o.Transport), Health: HealthFailure, Reason: ReasonNoResponse, Status: 502}
-		if o.Transport == TransportTimeout {
+		switch {
+		case o.Transport == TransportTimeout:
 			// A silent target is never waited on twice: a timeout transfers at once.
 			v.Status, v.Health = 504, HealthSilent
+		case o.Transport == TransportReset && o.Silence > 0 && o.Silence >= p.silentClose:
+			// A target that kept the request in silence and then closed or reset the
+			// connection (a load balancer or an overloaded server ending what it cannot serve)
+			// is as silent as one that timed out, and a retry would wait the silence again: it
+			// transfers at once and counts as a timeout (README, Health).
+			v.Class, v.Health = ClassSilentClose, HealthSilent
 		}
-		// Only a refused or reset connection is worth the same target again: a handshake or
-		// certificate failure, a name that did not resolve or garbage for an answer will not
-		// heal within a backoff.
-		v.Transient = o.Transport == TransportRefused || o.Transport == TransportReset
+		// Only a refused or reset connection is worth the same target again, and a reset only
+		// when it came quickly: a handshake or certificate failure, a name that did not
+		// resolve or garbage for an answer will not heal within a backoff.
+		v.Transient = v.Class == ClassRefused || v.Class == ClassReset
 		return p.recoverable(o, v)
 	case KindStreamEmpty:
 		return p.emptyAnswer(o, ClassEmptyResponse)

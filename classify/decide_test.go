@@ -186,6 +186,52 @@ func TestRetryAfter(t *testing.T) {
 	})
 }
 
+// README, The decision order, rule 5: a close or reset without a byte of answer that ends a
+// silence of at least 1 s after the request was sent (or FAILOVER_CONNECT_TIMEOUT, when that is
+// shorter) is a silent failure: it transfers at once, never retried on the same target, and
+// counts as a timeout. A quicker one is a plain reset, retried while retries are left.
+func TestSilentClose(t *testing.T) {
+	reset := func(silence time.Duration) Outcome {
+		return Outcome{Kind: KindTransport, Transport: TransportReset, Silence: silence, RetriesLeft: true}
+	}
+	defaults := defaultPolicy()
+	tests := []struct {
+		name   string
+		policy *Policy
+		out    Outcome
+		class  Class
+		action Action
+		health Health
+	}{
+		{"a reset with no silence measured is retried", defaults, reset(0), ClassReset, ActionRetry, HealthFailure},
+		{"a reset after a short silence is retried", defaults, reset(999 * time.Millisecond), ClassReset, ActionRetry, HealthFailure},
+		{"a reset after 1 s of silence transfers", defaults, reset(time.Second), ClassSilentClose, ActionTransfer, HealthSilent},
+		{"a reset after 3 s of silence transfers", defaults, reset(3 * time.Second), ClassSilentClose, ActionTransfer, HealthSilent},
+		{"a connect timeout of 5 s keeps 1 s", defaults.WithConnectTimeout(5 * time.Second), reset(999 * time.Millisecond), ClassReset, ActionRetry, HealthFailure},
+		{"no connect timeout keeps 1 s", defaults.WithConnectTimeout(0), reset(time.Second), ClassSilentClose, ActionTransfer, HealthSilent},
+		{"a shorter connect timeout is the threshold", defaults.WithConnectTimeout(200 * time.Millisecond), reset(200 * time.Millisecond), ClassSilentClose, ActionTransfer, HealthSilent},
+		{"below a shorter connect timeout is a reset", defaults.WithConnectTimeout(200 * time.Millisecond), reset(199 * time.Millisecond), ClassReset, ActionRetry, HealthFailure},
+		{"a refused connection has no silence", defaults, Outcome{Kind: KindTransport, Transport: TransportRefused, Silence: 3 * time.Second, RetriesLeft: true}, ClassRefused, ActionRetry, HealthFailure},
+		{"garbage after a silence stays a network failure", defaults, Outcome{Kind: KindTransport, Transport: TransportOther, Silence: 3 * time.Second, RetriesLeft: true}, ClassNetwork, ActionTransfer, HealthFailure},
+		{"a timeout stays a timeout", defaults, Outcome{Kind: KindTransport, Transport: TransportTimeout, Silence: 3 * time.Second, RetriesLeft: true}, ClassTimeout, ActionTransfer, HealthSilent},
+		{"the client gone wins", defaults, Outcome{Kind: KindTransport, Transport: TransportReset, Silence: 3 * time.Second, ClientGone: true}, ClassCancelled, ActionStop, HealthNone},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := tc.policy.Decide(&tc.out)
+			if v.Class != tc.class || v.Action != tc.action || v.Health != tc.health {
+				t.Fatalf("got class=%s action=%s health=%d; want class=%s action=%s health=%d", v.Class, v.Action, v.Health, tc.class, tc.action, tc.health)
+			}
+			if v.Class == ClassSilentClose && (v.Transient || v.Status != 502 || v.Reason != ReasonNoResponse) {
+				t.Fatalf("a silent close: transient=%v status=%d reason=%s; want not transient, 502, no_response", v.Transient, v.Status, v.Reason)
+			}
+		})
+	}
+	if got := defaults.WithConnectTimeout(time.Millisecond); defaults.silentClose != SilentCloseAfter || got.silentClose != time.Millisecond {
+		t.Errorf("WithConnectTimeout changed the policy it was called on, or gave %v", got.silentClose)
+	}
+}
+
 func TestLimit(t *testing.T) {
 	all := Allowance{Enabled: true, RetryFits: true, TransferFits: true, ElapsedOK: true, RetryBudgetOK: true}
 	retry := Verdict{Action: ActionRetry, Wait: time.Second, Transient: true}
@@ -258,6 +304,7 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		"stream error": {Kind: KindStreamError, Body: []byte(anthropicOver)},
 		"fake 200":     {Status: 200, Body: []byte(`{"error":{"message":"x","code":500}}`)},
 		"transport":    {Kind: KindTransport, Transport: TransportReset},
+		"silent close": {Kind: KindTransport, Transport: TransportReset, Silence: 3 * time.Second},
 		"empty stream": {Kind: KindStreamEmpty},
 		"head":         {Status: 200, NoBody: true},
 		"context":      {Status: 400, Body: []byte(openAIContext)},

@@ -64,13 +64,14 @@ const (
 	ClassInterrupted                // failed after commit
 	ClassBadResponse                // an answer that is no HTTP answer to the request (an unasked-for 101)
 	ClassContextWindow              // the prompt does not fit the model's context window
+	ClassSilentClose                // closed or reset without a byte of answer, after a silence (Policy.WithConnectTimeout)
 	NumClasses                      // number of classes, for pre-created metrics
 )
 
 var classNames = [NumClasses]string{
 	"ok", "refused", "reset", "dns", "tls", "timeout", "network", "rate_limited", "quota", "auth",
 	"server_error", "client_error", "redirect", "empty_response", "error_body", "no_choices", "success_rule",
-	"cancelled", "interrupted", "bad_response", "context_window",
+	"cancelled", "interrupted", "bad_response", "context_window", "silent_close",
 }
 
 func (c Class) String() string {
@@ -108,9 +109,9 @@ const (
 	HealthSuccess               // resets consecutive failures
 	HealthFailure               // counts towards ejection
 	HealthEject                 // ejects at once (the target's credentials are rejected or its quota is gone)
-	// HealthSilent is a failure by timing out (connect, first byte, attempt): it counts as HealthFailure does,
-	// and an ejection it causes is the silent kind, whose live probes are spaced further apart because each
-	// one keeps a request waiting (README, Health).
+	// HealthSilent is a failure by timing out (connect, first byte, attempt) or by a silent close: it counts
+	// as HealthFailure does, and an ejection it causes is the silent kind, whose live probes are spaced
+	// further apart because each one keeps a request waiting (README, Health).
 	HealthSilent
 )
 
@@ -163,6 +164,9 @@ type Outcome struct {
 	Status    int       // HTTP status; 0 when there was none
 	Transport Transport // KindTransport: why there was no answer
 	Body      []byte    // see Kind
+	// Silence, for KindTransport: how long after the request was sent the target ended the
+	// connection without a byte of answer (0 when it was not sent whole, or an answer began).
+	Silence time.Duration
 	// Truncated: Body holds only the first bytes of a response larger than the buffer, or
 	// none of it (an image, which commits at headers). A success status then commits: the
 	// checks on a 200's body need the whole body, and past the buffer it is streamed through.

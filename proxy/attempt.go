@@ -25,6 +25,7 @@ type attempt struct {
 	kind          classify.Kind
 	status        int
 	transport     classify.Transport
+	silence       time.Duration // the connection ended without a byte of answer this long after sent (classify.Outcome.Silence)
 	body          []byte
 	truncated     bool
 	sse           bool // commit pipes an SSE stream through the gate's tail
@@ -83,7 +84,7 @@ func (ex *exchange) run() {
 			continue
 		}
 		o := classify.Outcome{
-			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
+			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
 			// A probe is not retried on the same target: one failed attempt tells enough, and the
 			// request goes on to a target that works (README, Health).
@@ -360,7 +361,7 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 		rh, _ := ex.requestHead()
 		t.noteSilent(rh.Method(), ex.path)
 		if ejected, d := t.health.SilentFailure(now); ejected {
-			ex.ejected(a, d, "timeout")
+			ex.ejected(a, d, v.Class.String()) // timeout or silent_close
 			s.wakeProber()
 		}
 	case classify.HealthEject:

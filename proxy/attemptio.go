@@ -191,6 +191,10 @@ func (ex *exchange) do(a *attempt) {
 		break
 	}
 	ex.conn = c
+	// waitData ended at the answer's first byte, or at the connection's end: nothing buffered
+	// means the target closed or reset it without a byte of answer, at the wait's last reading.
+	// How long it had been silent is for classify to judge (README, The decision order, rule 5).
+	ended := c.buffered() == 0
 	resp := &ex.upResp
 	resp.Reset()
 	resp.SkipBody = true // the body is read in place (body.go)
@@ -203,6 +207,9 @@ func (ex *exchange) do(a *attempt) {
 		err = resp.Read(c.reader())
 	}
 	if err != nil {
+		if ended {
+			a.silence = ex.now.Sub(a.sent)
+		}
 		ex.fail(a, c.cause(err))
 		return
 	}

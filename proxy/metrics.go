@@ -172,7 +172,7 @@ func attemptPairExists(c classify.Class, a classify.Action) bool {
 		return a == classify.ActionStop
 	case classify.ClassInterrupted:
 		return false // a committed attempt's end is in the ledger, not in attempts_total
-	case classify.ClassSuccessRule, classify.ClassRedirect:
+	case classify.ClassSuccessRule, classify.ClassRedirect, classify.ClassSilentClose:
 		return a == classify.ActionTransfer || a == classify.ActionStop
 	}
 	return a != classify.ActionCommit

@@ -442,7 +442,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	*a = attempt{t: next, n: ex.ledger.n + 1}
 	ex.do(a)
 	o := classify.Outcome{
-		Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
+		Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
 		Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
 		ClientGone: ex.gone, Resume: true,
 	}

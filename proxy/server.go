@@ -135,7 +135,8 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		}
 		s.targets = append(s.targets, t)
 	}
-	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax)
+	s.policy = classify.NewPolicy(cfg.Classify, cfg.StopRules, cfg.SuccessRules, cfg.Budget.RetryAfterMax).
+		WithConnectTimeout(cfg.Server.ConnectTimeout)
 	if s.strategy = newStrategy(cfg.Server.Strategy, s.targets, cfg.Server.StickyHeader); s.strategy == nil {
 		// Load refuses it; a configuration built in code must not run another strategy instead.
 		return nil, fmt.Errorf("FAILOVER_STRATEGY=%q: must be one of %s", cfg.Server.Strategy, strings.Join(strategyNames(), ", "))

@@ -120,6 +120,7 @@ func matrixRows() []row {
 	add := func(r ...row) { rows = append(rows, r...) }
 	headLen := func(s pt.Step) int { return pt.RawOffset(s, "\r\n\r\n", 0) }
 	retries := []string{"FAILOVER_SAME_TARGET_RETRIES=1"}
+	patient := []string{"FAILOVER_FIRST_BYTE_TIMEOUT=5s", "FAILOVER_ATTEMPT_TIMEOUT=5s"} // a silence that ends before the timeouts
 
 	// Before headers: nothing came back, so any fault transfers, streaming or not.
 	for _, fam := range []family{chatJSON, chatSSE} {
@@ -136,6 +137,12 @@ func matrixRows() []row {
 			row{name: "garbage instead of HTTP", fam: fam, steps: script(pt.Step{Fault: pt.FaultGarbage}), want: transfer, phase: "before_headers"},
 			row{name: "garbage after half the headers", fam: fam, steps: script(fault(ok, pt.FaultGarbageAfter, headLen(ok)/2)), want: transfer, phase: "before_headers"},
 			row{name: "trickle slower than the timeout", fam: fam, steps: script(trickle(ok, 20*time.Millisecond)), want: transfer, phase: "before_headers", class: "timeout", peerClosed: true},
+			// Silent past FAILOVER_CONNECT_TIMEOUT (the threshold, being under 1 s), then closed
+			// or reset: a silent failure, not a reset (README, The decision order, rule 5).
+			row{name: "silence then close", fam: fam, steps: script(pt.Step{Delay: 500 * time.Millisecond, Fault: pt.FaultClose}), extra: patient,
+				want: transfer, phase: "before_headers", class: "silent_close"},
+			row{name: "silence then reset", fam: fam, steps: script(pt.Step{Delay: 500 * time.Millisecond, Fault: pt.FaultReset}), extra: patient,
+				want: transfer, phase: "before_headers", class: "silent_close"},
 		)
 	}
 
