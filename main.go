@@ -5,11 +5,12 @@
 //
 // Configuration comes only from FAILOVER_* environment variables (see README.md).
 //
-//	failover          run the sidecar
-//	failover -check   validate the environment, print the effective policy, exit 0 or 2
-//	failover drill    play the failure drills against simulated upstreams on loopback
+//	failover              run the sidecar
+//	failover -check       validate the environment, print the effective policy, exit 0 or 2
+//	failover drill        play the failure drills against simulated upstreams on loopback
 //	failover healthcheck  exit 0 when the running sidecar's /healthz answers (for images without a shell)
 //	failover targets      print the running sidecar's target table (/targets)
+//	failover version      print the version, the VCS revision and the Go version
 //
 // This file only wires: it reads the configuration, sets up logging, listeners and signals.
 package main
@@ -34,14 +35,20 @@ import (
 	"github.com/llm-failover/failover/proxy/drill"
 )
 
-const usage = `usage: failover [-check | drill | healthcheck | targets]
+const usage = `usage: failover [-check | drill | healthcheck | targets | version]
 
   failover              run the sidecar (configured by FAILOVER_* environment variables)
   failover -check       validate the environment, print the effective policy, exit 0 (valid) or 2
   failover drill        play the failure drills against simulated upstreams on loopback
   failover healthcheck  ask the running sidecar's /healthz (on FAILOVER_METRICS_LISTEN); exit 0 or 1
   failover targets      print the running sidecar's target table (/targets on FAILOVER_METRICS_LISTEN); exit 0 or 1
+  failover version      print the version, the VCS revision and the Go version (also -version, --version)
 `
+
+// version and revision name the build where its build information has none: the Dockerfile
+// sets them with -ldflags "-X main.version=... -X main.revision=...", since its build context
+// has no .git for Go to stamp from.
+var version, revision string
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
@@ -62,6 +69,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return healthcheck(environ, stderr)
 		case "targets":
 			return targets(environ, stdout, stderr)
+		case "version", "-version", "--version":
+			fmt.Fprintln(stdout, proxy.ReadBuild(version, revision))
+			return 0
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return 0

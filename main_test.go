@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -120,5 +123,39 @@ func TestTargetsPrintsTheTable(t *testing.T) {
 	if code := run([]string{"targets"}, []string{"FAILOVER_METRICS_LISTEN=" + pt.RefusedAddr()}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "failover: targets:") {
 		t.Errorf("nothing listening: exit %d, %q", code, stderr.String())
+	}
+}
+
+// `failover version` (and -version, --version) prints the version, the revision and the Go
+// version on one line.
+func TestVersionSaysWhichBuild(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{arg}, nil, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit %d: %s", arg, code, stderr.String())
+		}
+		if want := regexp.MustCompile(`^failover \S+, revision \S+, ` + regexp.QuoteMeta(runtime.Version()) + "\n$"); !want.MatchString(stdout.String()) {
+			t.Errorf("%s: %q does not match %s", arg, stdout.String(), want)
+		}
+	}
+}
+
+// A binary built without VCS information (the Dockerfile's: its build context has no .git)
+// reports the version and revision given with -ldflags -X rather than (devel).
+func TestVersionFallsBackToLinkerFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "failover")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X main.version=v9.8.7-test -X main.revision=0123abcd", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "failover v9.8.7-test, revision 0123abcd, " + runtime.Version() + "\n"; string(out) != want {
+		t.Errorf("got %q, want %q", out, want)
 	}
 }
