@@ -98,8 +98,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	build := proxy.ReadBuild(version, revision)
 	switch mode {
 	case "check":
+		fmt.Fprintf(stdout, "# %s\n", build)
 		fmt.Fprint(stdout, cfg.Describe())
 		fmt.Fprintln(stdout, "# configuration is valid")
 		return 0
@@ -112,7 +114,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	logOut := proxy.NewLogWriter(stderr, 100*time.Millisecond)
 	defer logOut.Close()
 	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, logOut, isTerminal(stderr))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Build: build})
 	if err != nil {
 		fmt.Fprintf(stderr, "failover: %v\n", err)
 		return 2
@@ -145,7 +147,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("listening", slog.String("proxy", ln.Addr().String()), slog.String("metrics", mln.Addr().String()),
 		slog.String("strategy", cfg.Server.Strategy), slog.String("targets", strings.Join(names, ",")),
-		slog.String("gomaxprocs", procs))
+		slog.String("gomaxprocs", procs), slog.String("version", build.Version), slog.String("revision", build.Revision),
+		slog.String("goversion", build.GoVersion))
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
