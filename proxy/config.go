@@ -626,15 +626,26 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		if t.APIKey != "" && t.APIKeyFile != "" {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
+		// Unset, not empty, forwards the client's own credentials (README, Configuration
+		// reference: Targets). An unset shell variable leaves FAILOVER_TARGET_0_API_KEY=
+		// "$OPENAI_API_KEY" empty in compose or docker run -e, and the SDK's placeholder key
+		// would then go to the provider, which answers 401.
+		if v, set := l.vars[p+"API_KEY"]; set && strings.TrimSpace(v) == "" {
+			l.problem("%sAPI_KEY: set but empty: unset it to forward the client's own credentials, or give it the key", p)
+		}
+		if v, set := l.vars[p+"API_KEY_FILE"]; set && strings.TrimSpace(v) == "" {
+			l.problem("%sAPI_KEY_FILE: set but empty: unset it to forward the client's own credentials, or name the file that holds the key", p)
+		}
 		// Without required targets (the drill) the keys are never used: a key file that is not
 		// mounted where the drill runs must not stop it (README, Quick start: no keys or targets).
-		if t.APIKeyFile != "" && required {
+		if strings.TrimSpace(t.APIKeyFile) != "" && required {
 			b, err := os.ReadFile(t.APIKeyFile)
 			switch {
 			case err != nil:
 				l.problem("%s: cannot read the key file: %v", l.shown(p+"API_KEY_FILE"), errors.Unwrap(err))
 			case strings.TrimSpace(string(b)) == "":
-				l.problem("%s: the key file is empty", l.shown(p+"API_KEY_FILE"))
+				l.problem("%s: the key file is empty: write the key into it, or unset %sAPI_KEY_FILE to forward the client's own credentials",
+					l.shown(p+"API_KEY_FILE"), p)
 			default:
 				t.APIKey = strings.TrimRight(string(b), " \t\r\n")
 			}

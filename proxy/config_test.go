@@ -478,3 +478,46 @@ func TestLoadRejectsSilentNoOps(t *testing.T) {
 		})
 	}
 }
+
+// A key variable that is set but empty is not "no key": an unset shell variable leaves
+// FAILOVER_TARGET_0_API_KEY="$OPENAI_API_KEY" empty, and forwarding the client's credentials
+// would send the SDK's placeholder upstream. Unset still means forward them.
+func TestLoadEmptyKeyIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	emptyFile := filepath.Join(dir, "empty")
+	if err := os.WriteFile(emptyFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		required bool
+		want     string // "" = valid, forwarding the client's credentials
+	}{
+		{"empty key is an error that says to unset it", []string{"FAILOVER_TARGET_0_API_KEY="}, true,
+			"FAILOVER_TARGET_0_API_KEY: set but empty: unset it to forward the client's own credentials, or give it the key"},
+		{"a blank key is empty too", []string{"FAILOVER_TARGET_0_API_KEY=  "}, true, "FAILOVER_TARGET_0_API_KEY: set but empty"},
+		{"an empty key file variable is an error that says to unset it", []string{"FAILOVER_TARGET_0_API_KEY_FILE="}, true,
+			"FAILOVER_TARGET_0_API_KEY_FILE: set but empty: unset it to forward the client's own credentials, or name the file that holds the key"},
+		{"a key file that reads empty is an error that says to unset the variable", []string{"FAILOVER_TARGET_0_API_KEY_FILE=" + emptyFile}, true,
+			"the key file is empty: write the key into it, or unset FAILOVER_TARGET_0_API_KEY_FILE to forward the client's own credentials"},
+		{"the drill is told too", []string{"FAILOVER_TARGET_0_API_KEY="}, false, "FAILOVER_TARGET_0_API_KEY: set but empty"},
+		{"unset forwards the client's credentials", nil, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(append([]string{"FAILOVER_TARGET_0_URL=https://api.example.com/v1"}, tc.env...), tc.required)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("want valid, got %v", err)
+			case tc.want == "":
+				if d := c.Describe(); !strings.Contains(d, "key=<client credentials forwarded>") {
+					t.Errorf("Describe:\n%s", d)
+				}
+			case err == nil || !strings.Contains(err.Error(), tc.want):
+				t.Errorf("want an error with %q, got %v", tc.want, err)
+			case strings.Count(err.Error(), "\n  - ") != 1:
+				t.Errorf("want one problem, got %v", err)
+			}
+		})
+	}
+}
