@@ -622,6 +622,8 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%s: must not carry credentials; set %sAPI_KEY or %sAPI_KEY_FILE", l.shown(p+"URL"), p, p)
 		} else if port := u.Port(); port != "" && !validPort(port, 1) {
 			l.problem("%s: the port must be a number in 1-65535", l.shown(p+"URL"))
+		} else {
+			l.checkBaseURL(p+"URL", u)
 		}
 		if t.APIKey != "" && t.APIKeyFile != "" {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
