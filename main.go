@@ -103,6 +103,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case "check":
 		fmt.Fprintf(stdout, "# %s\n", build)
 		fmt.Fprint(stdout, cfg.Describe())
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stdout, "# warning: %s\n", w)
+		}
 		fmt.Fprintln(stdout, "# configuration is valid")
 		return 0
 	case "drill":
@@ -114,6 +117,10 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	logOut := proxy.NewLogWriter(stderr, 100*time.Millisecond)
 	defer logOut.Close()
 	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, logOut, isTerminal(stderr))
+	// The message shows values as -check does: secrets masked.
+	for _, w := range cfg.Warnings {
+		log.Warn("config_warning", slog.String("variable", w.Variable), slog.String("warning", w.Message))
+	}
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Build: build})
 	if err != nil {
 		fmt.Fprintf(stderr, "failover: %v\n", err)

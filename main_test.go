@@ -159,3 +159,32 @@ func TestVersionFallsBackToLinkerFlags(t *testing.T) {
 		t.Errorf("got %q, want %q", out, want)
 	}
 }
+
+// -check prints each warning after the policy and before its verdict, and the exit stays 0.
+func TestCheckPrintsWarnings(t *testing.T) {
+	listen := []string{"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		url  string
+		want string // the warning line; "" = none
+	}{
+		{"a provider host without its base path", "https://api.groq.com/v1",
+			`# warning: FAILOVER_TARGET_0_URL="https://api.groq.com/v1": the base URL for Groq is https://api.groq.com/openai/v1`},
+		{"nothing to warn about", "https://api.groq.com/openai/v1", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"-check"}, append([]string{"FAILOVER_TARGET_0_URL=" + tc.url}, listen...), &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			out := stdout.String()
+			policy, warning, valid := strings.Index(out, "\n# policy\n"), strings.Index(out, "\n# warning: "), strings.Index(out, "\n# configuration is valid\n")
+			switch {
+			case tc.want == "" && warning >= 0:
+				t.Errorf("a warning where none was due:\n%s", out)
+			case tc.want != "" && (!strings.Contains(out, "\n"+tc.want) || !(policy < warning && warning < valid)):
+				t.Errorf("want %q after the policy and before the verdict:\n%s", tc.want, out)
+			}
+		})
+	}
+}

@@ -136,7 +136,21 @@ type Config struct {
 	StopRules    []classify.Rule
 	SuccessRules []classify.Rule
 	Resume       ResumeConfig
+
+	// Warnings are the likely mistakes that still load: -check prints them, the start logs
+	// each once (config_warning).
+	Warnings []Warning
 }
+
+// Warning is a setting that loads but likely does not do what it was set for (README,
+// Configuration reference): a target URL on a well-known provider's host without the path its
+// SDKs use, or a setting that has no effect with the others.
+type Warning struct {
+	Variable string // the variable's name
+	Message  string // the whole line: the variable, its value masked as in errors, and why
+}
+
+func (w Warning) String() string { return w.Message }
 
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
 var authModes = []string{"bearer", "x-api-key", "api-key", "none"}
@@ -217,6 +231,7 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 	if len(l.problems) > 0 {
 		return nil, &ConfigError{Problems: l.problems}
 	}
+	c.Warnings = l.warnings
 	return c, nil
 }
 
@@ -245,10 +260,21 @@ func isSecret(name string) bool {
 type loader struct {
 	vars     map[string]string
 	problems []string
+	warnings []Warning
 }
 
 func (l *loader) problem(format string, args ...any) {
 	l.problems = append(l.problems, fmt.Sprintf(format, args...))
+}
+
+// warn records a warning about the variable name: one per variable, the first reason found.
+func (l *loader) warn(name, format string, args ...any) {
+	for _, w := range l.warnings {
+		if w.Variable == name {
+			return
+		}
+	}
+	l.warnings = append(l.warnings, Warning{Variable: name, Message: l.shown(name) + ": " + fmt.Sprintf(format, args...)})
 }
 
 // shown renders a variable and its value for an error message, masking secrets.
