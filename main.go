@@ -87,7 +87,13 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		mode = next
 	}
 
-	cfg, err := proxy.Load(environ, mode != "drill")
+	var cfg *proxy.Config
+	var err error
+	if mode == "check" {
+		cfg, err = proxy.Check(environ) // also tries the listen addresses
+	} else {
+		cfg, err = proxy.Load(environ, mode != "drill")
+	}
 	// Keys and tokens leave the process environment as soon as they are read, so nothing
 	// spawned later (or a crash dump of the environment) can see them.
 	for _, name := range proxy.SecretVariables(environ) {

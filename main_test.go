@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,14 +19,15 @@ func TestSecretsLeaveTheProcessEnvironment(t *testing.T) {
 	secrets := []string{"FAILOVER_TARGET_0_API_KEY=sk-test-removed-0001", "FAILOVER_TARGET_1_API_KEY=sk-test-removed-0002",
 		"FAILOVER_INBOUND_TOKEN=inbound-test-removed-0003", "FAILOVER_TARGET_1_HEADERS=X-Org=org-test-removed-0004"}
 	kept := []string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1", "FAILOVER_TARGET_1_URL=http://127.0.0.1:2/v1"}
+	anyPort := []string{"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0"} // -check binds them
 	tests := []struct {
 		name     string
 		args     []string
 		extra    []string
 		wantCode int
 	}{
-		{"after -check of a valid configuration", []string{"-check"}, nil, 0},
-		{"after a configuration that does not load", []string{"-check"}, []string{"FAILOVER_RETRY_ON_STATUS=5xx"}, 2},
+		{"after -check of a valid configuration", []string{"-check"}, anyPort, 0},
+		{"after a configuration that does not load", []string{"-check"}, append([]string{"FAILOVER_RETRY_ON_STATUS=5xx"}, anyPort...), 2},
 		{"before the drill runs", []string{"drill"}, []string{"FAILOVER_LISTEN=not an address"}, 2},
 	}
 	for _, tc := range tests {
@@ -66,7 +68,7 @@ func TestSecretsLeaveTheProcessEnvironment(t *testing.T) {
 // Two different modes on one command line are refused rather than the last one winning:
 // "failover -check drill" in a CI step would run the drill instead of checking.
 func TestModesCannotBeCombined(t *testing.T) {
-	environ := []string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1"}
+	environ := []string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1", "FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0"}
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -184,6 +186,65 @@ func TestCheckPrintsWarnings(t *testing.T) {
 				t.Errorf("a warning where none was due:\n%s", out)
 			case tc.want != "" && (!strings.Contains(out, "\n"+tc.want) || !(policy < warning && warning < valid)):
 				t.Errorf("want %q after the policy and before the verdict:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// -check binds both listen addresses, reports one in use (with any other problem, exit 2), and
+// leaves them free.
+func TestCheckTriesTheListenAddresses(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	busy := held.Addr().String()
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct {
+		name            string
+		listen, metrics string
+		extra           []string
+		want            []string // in stderr; none = valid
+	}{
+		{"a proxy address in use is an error", busy, free(), nil,
+			[]string{`FAILOVER_LISTEN="` + busy + `": the address is in use: stop what listens there, or choose another port`}},
+		{"a metrics address in use is an error", free(), busy, nil,
+			[]string{`FAILOVER_METRICS_LISTEN="` + busy + `": the address is in use`}},
+		{"with the other problems", busy, free(), []string{"FAILOVER_STRATEGY=random"},
+			[]string{`FAILOVER_LISTEN="` + busy + `": the address is in use`, `FAILOVER_STRATEGY="random"`}},
+		{"free addresses are valid", free(), free(), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			environ := append([]string{"FAILOVER_TARGET_0_URL=https://api.example.com/v1", "FAILOVER_LISTEN=" + tc.listen,
+				"FAILOVER_METRICS_LISTEN=" + tc.metrics}, tc.extra...)
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"-check"}, environ, &stdout, &stderr)
+			if want := map[bool]int{true: 0, false: 2}[tc.want == nil]; code != want {
+				t.Fatalf("exit %d, want %d\n%s", code, want, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			for _, addr := range []string{tc.listen, tc.metrics} {
+				if addr == busy {
+					continue
+				}
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Errorf("-check left %s bound: %v", addr, err)
+					continue
+				}
+				ln.Close()
 			}
 		})
 	}

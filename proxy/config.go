@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -192,6 +193,17 @@ func (e *ConfigError) Error() string {
 // requireTargets is false for the drill, which brings its own simulated targets and uses no
 // keys: then the _API_KEY_FILE files are not read.
 func Load(environ []string, requireTargets bool) (*Config, error) {
+	return load(environ, requireTargets, false)
+}
+
+// Check is Load for `failover -check` (targets required). It also binds both listen addresses
+// and closes them at once, so that one in use or not permitted fails the check, with the other
+// problems, rather than the start.
+func Check(environ []string) (*Config, error) {
+	return load(environ, true, true)
+}
+
+func load(environ []string, requireTargets, bind bool) (*Config, error) {
 	vars := make(map[string]string)
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -199,7 +211,7 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 			vars[k] = v
 		}
 	}
-	l := loader{vars: vars}
+	l := loader{vars: vars, bind: bind}
 	c := &Config{}
 	l.section(&c.Server, envPrefix)
 	l.section(&c.Budget, envPrefix)
@@ -259,6 +271,7 @@ func isSecret(name string) bool {
 
 type loader struct {
 	vars     map[string]string
+	bind     bool // try the listen addresses (Check)
 	problems []string
 	warnings []Warning
 }
@@ -554,6 +567,8 @@ func (l *loader) validateServer(s *ServerConfig) {
 	}
 	if valid && sameListener(s.Listen, s.MetricsListen) {
 		l.problem("%s / %s: the proxy and the metrics listeners cannot share an address", l.shown(envPrefix+"LISTEN"), l.shown(envPrefix+"METRICS_LISTEN"))
+	} else if valid && l.bind {
+		l.tryListen(s)
 	}
 	// Accepted in any case, kept in lower case: main and -check compare and print these values.
 	s.LogLevel, s.LogFormat = strings.ToLower(s.LogLevel), strings.ToLower(s.LogFormat)
@@ -588,6 +603,40 @@ func (l *loader) validateServer(s *ServerConfig) {
 	if s.InboundToken != "" && strings.TrimSpace(s.InboundToken) != s.InboundToken {
 		l.problem("%s: has leading or trailing whitespace", l.shown(envPrefix+"INBOUND_TOKEN"))
 	}
+}
+
+// tryListen binds both listen addresses, both at once, then closes them: one that is in use
+// or not permitted is a problem, as the start would fail on it.
+func (l *loader) tryListen(s *ServerConfig) {
+	var open []net.Listener
+	for _, v := range []struct{ name, addr string }{{"LISTEN", s.Listen}, {"METRICS_LISTEN", s.MetricsListen}} {
+		ln, err := net.Listen("tcp", v.addr)
+		if err != nil {
+			l.problem("%s: %s", l.shown(envPrefix+v.name), listenProblem(v.addr, err))
+			continue
+		}
+		open = append(open, ln)
+	}
+	for _, ln := range open {
+		ln.Close()
+	}
+}
+
+// listenProblem explains why net.Listen refused addr, and what to do.
+func listenProblem(addr string, err error) string {
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "the address is in use: stop what listens there, or choose another port"
+	case (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) && n > 0 && n < 1024:
+		return "not permitted: a port below 1024 needs privileges (root, or CAP_NET_BIND_SERVICE); choose a port from 1024 up"
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		return fmt.Sprintf("not permitted: %v", errors.Unwrap(err))
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "the host is not an address of this machine: use 127.0.0.1, 0.0.0.0 or one of its own addresses"
+	}
+	return fmt.Sprintf("cannot listen: %v", err)
 }
 
 // validPort reports whether port is a decimal number from lowest to 65535. Service names

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -517,6 +519,30 @@ func TestLoadEmptyKeyIsAnError(t *testing.T) {
 				t.Errorf("want an error with %q, got %v", tc.want, err)
 			case strings.Count(err.Error(), "\n  - ") != 1:
 				t.Errorf("want one problem, got %v", err)
+			}
+		})
+	}
+}
+
+// A listen address the system refuses is explained with what to do about it.
+func TestListenProblemSaysWhatToDo(t *testing.T) {
+	refused := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "listen", Net: "tcp", Err: os.NewSyscallError("bind", errno)}
+	}
+	for _, tc := range []struct {
+		name, addr string
+		err        error
+		want       string
+	}{
+		{"in use", "127.0.0.1:4000", refused(syscall.EADDRINUSE), "the address is in use: stop what listens there, or choose another port"},
+		{"a privileged port", ":80", refused(syscall.EACCES), "not permitted: a port below 1024 needs privileges (root, or CAP_NET_BIND_SERVICE); choose a port from 1024 up"},
+		{"refused otherwise", ":4000", refused(syscall.EACCES), "not permitted: bind: permission denied"},
+		{"not this machine's address", "10.1.2.3:4000", refused(syscall.EADDRNOTAVAIL), "the host is not an address of this machine"},
+		{"anything else", "nowhere.invalid:4000", errors.New("lookup nowhere.invalid: no such host"), "cannot listen: lookup nowhere.invalid: no such host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := listenProblem(tc.addr, tc.err); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
