@@ -243,6 +243,7 @@ func load(environ []string, requireTargets, bind bool) (*Config, error) {
 	if len(l.problems) > 0 {
 		return nil, &ConfigError{Problems: l.problems}
 	}
+	l.warnNoEffect(c) // judged on a configuration that loads
 	c.Warnings = l.warnings
 	return c, nil
 }
