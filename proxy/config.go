@@ -322,22 +322,22 @@ func (l *loader) section(dst any, prefix string) {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
 			name := fields[pe.Name]
-			l.problem("%s: %v", l.shown(name), friendlyParseError(pe))
+			l.problem("%s: %v", l.shown(name), friendlyParseError(pe, l.vars[name]))
 			continue
 		}
 		l.problem("%s*: %v", prefix, e)
 	}
 }
 
-// friendlyParseError explains the common parse failures better than the library does.
-func friendlyParseError(pe env.ParseError) string {
+// friendlyParseError explains the common parse failures of value better than the library does.
+func friendlyParseError(pe env.ParseError, value string) string {
 	switch pe.Type {
 	case reflect.TypeOf(time.Duration(0)):
 		return "not a duration: use Go syntax with a unit, like 250ms, 90s or 5m"
 	case reflect.TypeOf(0):
 		return "not a whole number"
 	case reflect.TypeOf(true):
-		return "not a boolean: use true or false"
+		return "not a boolean: use true or false" + valueHint(value, []string{"true", "false"})
 	case reflect.TypeOf(0.0):
 		return "not a number"
 	}
@@ -472,18 +472,56 @@ func indexedNames(name string) []string {
 
 // didYouMean suggests the closest known name when it is close enough to be a typo.
 func didYouMean(name string, candidates []string, prefix string) string {
-	best, bestD := "", 1<<30
 	// Variable names are case-sensitive, but a name in the wrong case is a typo like any other.
-	upper := strings.ToUpper(name)
-	for _, c := range candidates {
-		if d := editDistance(upper, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if best == "" || bestD > max(2, len(name)/4) {
+	best, d := closest(name, candidates)
+	if best == "" || d > max(2, len(name)/4) {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s%s?)", prefix, best)
+}
+
+// closest returns the candidate nearest to s, in any case, and its editDistance; "" when there
+// are no candidates.
+func closest(s string, candidates []string) (string, int) {
+	best, bestD := "", 1<<30
+	upper := strings.ToUpper(s)
+	for _, c := range candidates {
+		if d := editDistance(upper, strings.ToUpper(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, bestD
+}
+
+// valueSynonyms are words for an accepted value that no spelling is close to: FAILOVER_RESUME
+// takes on, a boolean true, and either may be written as the other, or as yes.
+var valueSynonyms = [][]string{
+	{"true", "on", "yes", "y", "enable", "enabled"},
+	{"false", "off", "no", "n", "disable", "disabled"},
+	{"warn", "warning"},
+	{"error", "err"},
+	{"text", "console", "pretty", "logfmt"},
+}
+
+// valueHint suggests which of the accepted values of an enumerated setting v was meant as: a
+// synonym, or the closest spelling (also one that differs only in case or spaces). "" when none
+// is close enough to be a typo. Never used on a secret.
+func valueHint(v string, accepted []string) string {
+	lv := strings.ToLower(strings.TrimSpace(v))
+	for _, words := range valueSynonyms {
+		if contains(words, lv) {
+			for _, a := range accepted {
+				if contains(words, a) {
+					return fmt.Sprintf(" (did you mean %s?)", a)
+				}
+			}
+		}
+	}
+	best, d := closest(lv, accepted)
+	if best == "" || d >= len(lv) || d > max(1, len(lv)/3) {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
 }
 
 // editDistance counts the insertions, deletions, substitutions and swaps of two neighbouring
@@ -573,14 +611,14 @@ func (l *loader) validateServer(s *ServerConfig) {
 	}
 	// Accepted in any case, kept in lower case: main and -check compare and print these values.
 	s.LogLevel, s.LogFormat = strings.ToLower(s.LogLevel), strings.ToLower(s.LogFormat)
-	if !contains([]string{"debug", "info", "warn", "error"}, s.LogLevel) {
-		l.problem("%s: must be debug, info, warn or error", l.shown(envPrefix+"LOG_LEVEL"))
+	if levels := []string{"debug", "info", "warn", "error"}; !contains(levels, s.LogLevel) {
+		l.problem("%s: must be debug, info, warn or error%s", l.shown(envPrefix+"LOG_LEVEL"), valueHint(s.LogLevel, levels))
 	}
-	if !contains([]string{"auto", "text", "json"}, s.LogFormat) {
-		l.problem("%s: must be auto, text or json", l.shown(envPrefix+"LOG_FORMAT"))
+	if formats := []string{"auto", "text", "json"}; !contains(formats, s.LogFormat) {
+		l.problem("%s: must be auto, text or json%s", l.shown(envPrefix+"LOG_FORMAT"), valueHint(s.LogFormat, formats))
 	}
 	if names := strategyNames(); !contains(names, s.Strategy) {
-		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "))
+		l.problem("%s: must be one of %s%s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "), valueHint(s.Strategy, names))
 	}
 	if s.Strategy == "sticky" && strings.TrimSpace(s.StickyHeader) == "" {
 		l.problem("%s: must name a header for FAILOVER_STRATEGY=sticky", l.shown(envPrefix+"STICKY_HEADER"))
@@ -733,7 +771,7 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		}
 		t.Auth = strings.ToLower(t.Auth)
 		if !contains(authModes, t.Auth) {
-			l.problem("%s: must be one of %s", l.shown(p+"AUTH"), strings.Join(authModes, ", "))
+			l.problem("%s: must be one of %s%s", l.shown(p+"AUTH"), strings.Join(authModes, ", "), valueHint(t.Auth, authModes))
 		} else if t.Auth == "none" && t.APIKey != "" {
 			l.problem("%sAUTH=none with a key set: the key would never be sent; choose bearer, x-api-key or api-key", p)
 		}

@@ -547,3 +547,47 @@ func TestListenProblemSaysWhatToDo(t *testing.T) {
 		})
 	}
 }
+
+// An enumerated value that is a typo or a synonym of an accepted one gets a did-you-mean, as
+// variable names do.
+func TestLoadSuggestsEnumeratedValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		want string // "" = the message has no suggestion
+	}{
+		{"strategy without its hyphen", "FAILOVER_STRATEGY=roundrobin", `FAILOVER_STRATEGY="roundrobin": must be one of failover, round-robin, sticky, least-latency (did you mean round-robin?)`},
+		{"strategy with an underscore", "FAILOVER_STRATEGY=least_latency", "(did you mean least-latency?)"},
+		{"strategy in another case", "FAILOVER_STRATEGY=Sticky", "(did you mean sticky?)"},
+		{"strategy far from any", "FAILOVER_STRATEGY=random", ""},
+		{"auth without its hyphen", "FAILOVER_TARGET_0_AUTH=apikey", `FAILOVER_TARGET_0_AUTH="apikey": must be one of bearer, x-api-key, api-key, none (did you mean api-key?)`},
+		{"auth with underscores", "FAILOVER_TARGET_0_AUTH=x_api_key", "(did you mean x-api-key?)"},
+		{"auth far from any", "FAILOVER_TARGET_0_AUTH=basic", ""},
+		{"a resume mode misspelt", "FAILOVER_TARGET_0_RESUME=prefil", `FAILOVER_TARGET_0_RESUME="prefil": must be prefill, prefix, continue, or empty (not resumable) (did you mean prefill?)`},
+		{"resume as a boolean", "FAILOVER_RESUME=true", `FAILOVER_RESUME="true": must be on or off (did you mean on?)`},
+		{"resume as yes", "FAILOVER_RESUME=yes", "(did you mean on?)"},
+		{"resume as no", "FAILOVER_RESUME=no", "(did you mean off?)"},
+		{"log level warning", "FAILOVER_LOG_LEVEL=warning", `FAILOVER_LOG_LEVEL="warning": must be debug, info, warn or error (did you mean warn?)`},
+		{"log level misspelt", "FAILOVER_LOG_LEVEL=debgu", "(did you mean debug?)"},
+		{"log level far from any", "FAILOVER_LOG_LEVEL=verbose", ""},
+		{"log format misspelt", "FAILOVER_LOG_FORMAT=jsno", `FAILOVER_LOG_FORMAT="jsno": must be auto, text or json (did you mean json?)`},
+		{"log format console", "FAILOVER_LOG_FORMAT=console", "(did you mean text?)"},
+		{"a boolean misspelt", "FAILOVER_ENABLED=flase", `FAILOVER_ENABLED="flase": not a boolean: use true or false (did you mean false?)`},
+		{"a boolean as on", "FAILOVER_RATELIMIT_AWARE=on", "(did you mean true?)"},
+		{"a boolean as off", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=off", "(did you mean false?)"},
+		{"a boolean far from any", "FAILOVER_ENABLED=yes please", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1", tc.env}, true)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			switch msg := err.Error(); {
+			case tc.want == "" && strings.Contains(msg, "did you mean"):
+				t.Errorf("a suggestion where none is close:\n%s", msg)
+			case tc.want != "" && !strings.Contains(msg, tc.want):
+				t.Errorf("message lacks %q:\n%s", tc.want, msg)
+			}
+		})
+	}
+}
