@@ -3,14 +3,16 @@
 // upstream targets and, while nothing has reached the client yet, retries or moves to the next
 // target when an attempt fails in a way that is safe to recover from.
 //
-// Configuration comes only from FAILOVER_* environment variables (see README.md).
+// Configuration comes only from FAILOVER_* environment variables.
 //
-//	failover              run the sidecar
-//	failover -check       validate the environment, print the effective policy, exit 0 or 2
+//	failover [serve]      run the sidecar
+//	failover -check       validate the environment and the listen addresses, print the effective policy, exit 0 or 2
 //	failover drill        play the failure drills against simulated upstreams on loopback
 //	failover healthcheck  exit 0 when the running sidecar's /healthz answers (for images without a shell)
 //	failover targets      print the running sidecar's target table (/targets)
 //	failover version      print the version, the VCS revision and the Go version
+//
+// The configuration reference is docs/configuration.md.
 //
 // This file only wires: it reads the configuration, sets up logging, listeners and signals.
 package main
@@ -35,14 +37,17 @@ import (
 	"github.com/llm-failover/failover/proxy/drill"
 )
 
-const usage = `usage: failover [-check | drill | healthcheck | targets | version]
+const usage = `usage: failover [serve | -check | drill | targets | healthcheck | version]
 
-  failover              run the sidecar (configured by FAILOVER_* environment variables)
-  failover -check       validate the environment, print the effective policy, exit 0 (valid) or 2
-  failover drill        play the failure drills against simulated upstreams on loopback
-  failover healthcheck  ask the running sidecar's /healthz (on FAILOVER_METRICS_LISTEN); exit 0 or 1
-  failover targets      print the running sidecar's target table (/targets on FAILOVER_METRICS_LISTEN); exit 0 or 1
-  failover version      print the version, the VCS revision and the Go version (also -version, --version)
+  failover [serve]      run the sidecar, configured by FAILOVER_* environment variables
+  failover -check       check the environment and listen addresses, print the policy; exit 0 or 2
+  failover drill        play the failure drills on loopback, with the environment's policy
+  failover targets      print the running sidecar's target table (from FAILOVER_METRICS_LISTEN)
+  failover healthcheck  exit 0 if the running sidecar's /healthz answers, else 1
+  failover version      print the version, the VCS revision and the Go version
+
+Every FAILOVER_* variable is in the configuration reference, docs/configuration.md:
+https://github.com/llm-failover/failover/blob/main/docs/configuration.md
 `
 
 // version and revision name the build where its build information has none: the Dockerfile
@@ -57,10 +62,12 @@ func main() {
 // run is main with its inputs and outputs passed in; it returns the exit code: 0 fine,
 // 1 a runtime failure (or a failed drill), 2 a bad configuration or usage.
 func run(args, environ []string, stdout, stderr io.Writer) int {
-	mode := "serve"
+	mode := ""
 	for _, a := range args {
 		next := ""
 		switch a {
+		case "serve":
+			next = "serve"
 		case "-check", "--check", "check":
 			next = "check"
 		case "drill":
@@ -79,12 +86,15 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "failover: unknown argument %q\n%s", a, usage)
 			return 2
 		}
-		if mode != "serve" && mode != next {
+		if mode != "" && mode != next {
 			// "failover -check drill" would run the drill, not the check a CI step expects.
 			fmt.Fprintf(stderr, "failover: %s and %s cannot be combined\n%s", mode, next, usage)
 			return 2
 		}
 		mode = next
+	}
+	if mode == "" {
+		mode = "serve"
 	}
 
 	var cfg *proxy.Config

@@ -76,6 +76,8 @@ func TestModesCannotBeCombined(t *testing.T) {
 		{[]string{"-check", "drill"}, 2},
 		{[]string{"drill", "check"}, 2},
 		{[]string{"check", "--check"}, 0}, // the same mode twice
+		{[]string{"serve", "-check"}, 2},
+		{[]string{"drill", "serve"}, 2},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(tc.args, environ, &stdout, &stderr); code != tc.want {
@@ -247,5 +249,27 @@ func TestCheckTriesTheListenAddresses(t *testing.T) {
 				ln.Close()
 			}
 		})
+	}
+}
+
+// failover -h lists every command, one line each, and says where the configuration reference is.
+func TestUsageListsEveryCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-h"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, cmd := range []string{"[serve]", "-check", "drill", "targets", "healthcheck", "version"} {
+		if n := strings.Count(out, "\n  failover "+cmd+" "); n != 1 {
+			t.Errorf("%d lines for failover %s:\n%s", n, cmd, out)
+		}
+	}
+	if !strings.Contains(out, "docs/configuration.md") {
+		t.Errorf("the configuration reference is not named:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 100 {
+			t.Errorf("longer than 100 columns: %q", line)
+		}
 	}
 }
