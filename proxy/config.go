@@ -743,9 +743,9 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
 		// Unset, not empty, forwards the client's own credentials (README, Configuration
-		// reference: Targets). An unset shell variable leaves FAILOVER_TARGET_0_API_KEY=
-		// "$OPENAI_API_KEY" empty in compose or docker run -e, and the SDK's placeholder key
-		// would then go to the provider, which answers 401.
+		// reference: Targets). An unset shell variable leaves
+		// FAILOVER_TARGET_0_API_KEY="$OPENAI_API_KEY" empty in compose or docker run -e, and the
+		// SDK's placeholder key would then go to the provider, which answers 401.
 		if v, set := l.vars[p+"API_KEY"]; set && strings.TrimSpace(v) == "" {
 			l.problem("%sAPI_KEY: set but empty: unset it to forward the client's own credentials, or give it the key", p)
 		}
