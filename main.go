@@ -3,13 +3,16 @@
 // upstream targets and, while nothing has reached the client yet, retries or moves to the next
 // target when an attempt fails in a way that is safe to recover from.
 //
-// Configuration comes only from FAILOVER_* environment variables (see README.md).
+// Configuration comes only from FAILOVER_* environment variables.
 //
-//	failover          run the sidecar
-//	failover -check   validate the environment, print the effective policy, exit 0 or 2
-//	failover drill    play the failure drills against simulated upstreams on loopback
+//	failover [serve]      run the sidecar
+//	failover -check       validate the environment and the listen addresses, print the effective policy, exit 0 or 2
+//	failover drill        play the failure drills against simulated upstreams on loopback
 //	failover healthcheck  exit 0 when the running sidecar's /healthz answers (for images without a shell)
 //	failover targets      print the running sidecar's target table (/targets)
+//	failover version      print the version, the VCS revision and the Go version
+//
+// The configuration reference is docs/configuration.md.
 //
 // This file only wires: it reads the configuration, sets up logging, listeners and signals.
 package main
@@ -35,14 +38,23 @@ import (
 	"github.com/llm-failover/failover/proxy/drill"
 )
 
-const usage = `usage: failover [-check | drill | healthcheck | targets]
+const usage = `usage: failover [serve | -check | drill | targets | healthcheck | version]
 
-  failover              run the sidecar (configured by FAILOVER_* environment variables)
-  failover -check       validate the environment, print the effective policy, exit 0 (valid) or 2
-  failover drill        play the failure drills against simulated upstreams on loopback
-  failover healthcheck  ask the running sidecar's /healthz (on FAILOVER_METRICS_LISTEN); exit 0 or 1
-  failover targets      print the running sidecar's target table (/targets on FAILOVER_METRICS_LISTEN); exit 0 or 1
+  failover [serve]      run the sidecar, configured by FAILOVER_* environment variables
+  failover -check       check the environment and listen addresses, print the policy; exit 0 or 2
+  failover drill        play the failure drills on loopback, with the environment's policy
+  failover targets      print the running sidecar's target table (from FAILOVER_METRICS_LISTEN)
+  failover healthcheck  exit 0 if the running sidecar's /healthz answers, else 1
+  failover version      print the version, the VCS revision and the Go version
+
+Every FAILOVER_* variable is in the configuration reference, docs/configuration.md:
+https://github.com/llm-failover/failover/blob/main/docs/configuration.md
 `
+
+// version and revision name the build where its build information has none: the Dockerfile
+// sets them with -ldflags "-X main.version=... -X main.revision=...", since its build context
+// has no .git for Go to stamp from.
+var version, revision string
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
@@ -51,10 +63,12 @@ func main() {
 // run is main with its inputs and outputs passed in; it returns the exit code: 0 fine,
 // 1 a runtime failure (or a failed drill), 2 a bad configuration or usage.
 func run(args, environ []string, stdout, stderr io.Writer) int {
-	mode := "serve"
+	mode := ""
 	for _, a := range args {
 		next := ""
 		switch a {
+		case "serve":
+			next = "serve"
 		case "-check", "--check", "check":
 			next = "check"
 		case "drill":
@@ -63,6 +77,9 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return healthcheck(environ, stderr)
 		case "targets":
 			return targets(environ, stdout, stderr)
+		case "version", "-version", "--version":
+			fmt.Fprintln(stdout, proxy.ReadBuild(version, revision))
+			return 0
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, usage)
 			return 0
@@ -70,15 +87,24 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "failover: unknown argument %q\n%s", a, usage)
 			return 2
 		}
-		if mode != "serve" && mode != next {
+		if mode != "" && mode != next {
 			// "failover -check drill" would run the drill, not the check a CI step expects.
 			fmt.Fprintf(stderr, "failover: %s and %s cannot be combined\n%s", mode, next, usage)
 			return 2
 		}
 		mode = next
 	}
+	if mode == "" {
+		mode = "serve"
+	}
 
-	cfg, err := proxy.Load(environ, mode != "drill")
+	var cfg *proxy.Config
+	var err error
+	if mode == "check" {
+		cfg, err = proxy.Check(environ) // also tries the listen addresses
+	} else {
+		cfg, err = proxy.Load(environ, mode != "drill")
+	}
 	// Keys and tokens leave the process environment as soon as they are read, so nothing
 	// spawned later (or a crash dump of the environment) can see them.
 	for _, name := range proxy.SecretVariables(environ) {
@@ -89,9 +115,14 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	build := proxy.ReadBuild(version, revision)
 	switch mode {
 	case "check":
+		fmt.Fprintf(stdout, "# %s\n", build)
 		fmt.Fprint(stdout, cfg.Describe())
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stdout, "# warning: %s\n", w)
+		}
 		fmt.Fprintln(stdout, "# configuration is valid")
 		return 0
 	case "drill":
@@ -103,7 +134,11 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	logOut := proxy.NewLogWriter(stderr, 100*time.Millisecond)
 	defer logOut.Close()
 	log := newLogger(cfg.Server.LogLevel, cfg.Server.LogFormat, logOut, isTerminal(stderr))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	// The message shows values as -check does: secrets masked.
+	for _, w := range cfg.Warnings {
+		log.Warn("config_warning", slog.String("variable", w.Variable), slog.String("warning", w.Message))
+	}
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Build: build})
 	if err != nil {
 		fmt.Fprintf(stderr, "failover: %v\n", err)
 		return 2
@@ -136,7 +171,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("listening", slog.String("proxy", ln.Addr().String()), slog.String("metrics", mln.Addr().String()),
 		slog.String("strategy", cfg.Server.Strategy), slog.String("targets", strings.Join(names, ",")),
-		slog.String("gomaxprocs", procs))
+		slog.String("gomaxprocs", procs), slog.String("version", build.Version), slog.String("revision", build.Revision),
+		slog.String("goversion", build.GoVersion))
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -136,7 +137,21 @@ type Config struct {
 	StopRules    []classify.Rule
 	SuccessRules []classify.Rule
 	Resume       ResumeConfig
+
+	// Warnings are the likely mistakes that still load: -check prints them, the start logs
+	// each once (config_warning).
+	Warnings []Warning
 }
+
+// Warning is a setting that loads but likely does not do what it was set for (README,
+// Configuration reference): a target URL on a well-known provider's host without the path its
+// SDKs use, or a setting that has no effect with the others.
+type Warning struct {
+	Variable string // the variable's name
+	Message  string // the whole line: the variable, its value masked as in errors, and why
+}
+
+func (w Warning) String() string { return w.Message }
 
 // authModes accepted by FAILOVER_TARGET_<i>_AUTH.
 var authModes = []string{"bearer", "x-api-key", "api-key", "none"}
@@ -178,6 +193,17 @@ func (e *ConfigError) Error() string {
 // requireTargets is false for the drill, which brings its own simulated targets and uses no
 // keys: then the _API_KEY_FILE files are not read.
 func Load(environ []string, requireTargets bool) (*Config, error) {
+	return load(environ, requireTargets, false)
+}
+
+// Check is Load for `failover -check` (targets required). It also binds both listen addresses
+// and closes them at once, so that one in use or not permitted fails the check, with the other
+// problems, rather than the start.
+func Check(environ []string) (*Config, error) {
+	return load(environ, true, true)
+}
+
+func load(environ []string, requireTargets, bind bool) (*Config, error) {
 	vars := make(map[string]string)
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -185,7 +211,7 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 			vars[k] = v
 		}
 	}
-	l := loader{vars: vars}
+	l := loader{vars: vars, bind: bind}
 	c := &Config{}
 	l.section(&c.Server, envPrefix)
 	l.section(&c.Budget, envPrefix)
@@ -217,6 +243,8 @@ func Load(environ []string, requireTargets bool) (*Config, error) {
 	if len(l.problems) > 0 {
 		return nil, &ConfigError{Problems: l.problems}
 	}
+	l.warnNoEffect(c) // judged on a configuration that loads
+	c.Warnings = l.warnings
 	return c, nil
 }
 
@@ -244,11 +272,23 @@ func isSecret(name string) bool {
 
 type loader struct {
 	vars     map[string]string
+	bind     bool // try the listen addresses (Check)
 	problems []string
+	warnings []Warning
 }
 
 func (l *loader) problem(format string, args ...any) {
 	l.problems = append(l.problems, fmt.Sprintf(format, args...))
+}
+
+// warn records a warning about the variable name: one per variable, the first reason found.
+func (l *loader) warn(name, format string, args ...any) {
+	for _, w := range l.warnings {
+		if w.Variable == name {
+			return
+		}
+	}
+	l.warnings = append(l.warnings, Warning{Variable: name, Message: l.shown(name) + ": " + fmt.Sprintf(format, args...)})
 }
 
 // shown renders a variable and its value for an error message, masking secrets.
@@ -282,22 +322,22 @@ func (l *loader) section(dst any, prefix string) {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
 			name := fields[pe.Name]
-			l.problem("%s: %v", l.shown(name), friendlyParseError(pe))
+			l.problem("%s: %v", l.shown(name), friendlyParseError(pe, l.vars[name]))
 			continue
 		}
 		l.problem("%s*: %v", prefix, e)
 	}
 }
 
-// friendlyParseError explains the common parse failures better than the library does.
-func friendlyParseError(pe env.ParseError) string {
+// friendlyParseError explains the common parse failures of value better than the library does.
+func friendlyParseError(pe env.ParseError, value string) string {
 	switch pe.Type {
 	case reflect.TypeOf(time.Duration(0)):
 		return "not a duration: use Go syntax with a unit, like 250ms, 90s or 5m"
 	case reflect.TypeOf(0):
 		return "not a whole number"
 	case reflect.TypeOf(true):
-		return "not a boolean: use true or false"
+		return "not a boolean: use true or false" + valueHint(value, []string{"true", "false"})
 	case reflect.TypeOf(0.0):
 		return "not a number"
 	}
@@ -432,18 +472,56 @@ func indexedNames(name string) []string {
 
 // didYouMean suggests the closest known name when it is close enough to be a typo.
 func didYouMean(name string, candidates []string, prefix string) string {
-	best, bestD := "", 1<<30
 	// Variable names are case-sensitive, but a name in the wrong case is a typo like any other.
-	upper := strings.ToUpper(name)
-	for _, c := range candidates {
-		if d := editDistance(upper, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if best == "" || bestD > max(2, len(name)/4) {
+	best, d := closest(name, candidates)
+	if best == "" || d > max(2, len(name)/4) {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s%s?)", prefix, best)
+}
+
+// closest returns the candidate nearest to s, in any case, and its editDistance; "" when there
+// are no candidates.
+func closest(s string, candidates []string) (string, int) {
+	best, bestD := "", 1<<30
+	upper := strings.ToUpper(s)
+	for _, c := range candidates {
+		if d := editDistance(upper, strings.ToUpper(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, bestD
+}
+
+// valueSynonyms are words for an accepted value that no spelling is close to: FAILOVER_RESUME
+// takes on, a boolean true, and either may be written as the other, or as yes.
+var valueSynonyms = [][]string{
+	{"true", "on", "yes", "y", "enable", "enabled"},
+	{"false", "off", "no", "n", "disable", "disabled"},
+	{"warn", "warning"},
+	{"error", "err"},
+	{"text", "console", "pretty", "logfmt"},
+}
+
+// valueHint suggests which of the accepted values of an enumerated setting v was meant as: a
+// synonym, or the closest spelling (also one that differs only in case or spaces). "" when none
+// is close enough to be a typo. Never used on a secret.
+func valueHint(v string, accepted []string) string {
+	lv := strings.ToLower(strings.TrimSpace(v))
+	for _, words := range valueSynonyms {
+		if contains(words, lv) {
+			for _, a := range accepted {
+				if contains(words, a) {
+					return fmt.Sprintf(" (did you mean %s?)", a)
+				}
+			}
+		}
+	}
+	best, d := closest(lv, accepted)
+	if best == "" || d >= len(lv) || d > max(1, len(lv)/3) {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
 }
 
 // editDistance counts the insertions, deletions, substitutions and swaps of two neighbouring
@@ -528,17 +606,19 @@ func (l *loader) validateServer(s *ServerConfig) {
 	}
 	if valid && sameListener(s.Listen, s.MetricsListen) {
 		l.problem("%s / %s: the proxy and the metrics listeners cannot share an address", l.shown(envPrefix+"LISTEN"), l.shown(envPrefix+"METRICS_LISTEN"))
+	} else if valid && l.bind {
+		l.tryListen(s)
 	}
 	// Accepted in any case, kept in lower case: main and -check compare and print these values.
 	s.LogLevel, s.LogFormat = strings.ToLower(s.LogLevel), strings.ToLower(s.LogFormat)
-	if !contains([]string{"debug", "info", "warn", "error"}, s.LogLevel) {
-		l.problem("%s: must be debug, info, warn or error", l.shown(envPrefix+"LOG_LEVEL"))
+	if levels := []string{"debug", "info", "warn", "error"}; !contains(levels, s.LogLevel) {
+		l.problem("%s: must be debug, info, warn or error%s", l.shown(envPrefix+"LOG_LEVEL"), valueHint(s.LogLevel, levels))
 	}
-	if !contains([]string{"auto", "text", "json"}, s.LogFormat) {
-		l.problem("%s: must be auto, text or json", l.shown(envPrefix+"LOG_FORMAT"))
+	if formats := []string{"auto", "text", "json"}; !contains(formats, s.LogFormat) {
+		l.problem("%s: must be auto, text or json%s", l.shown(envPrefix+"LOG_FORMAT"), valueHint(s.LogFormat, formats))
 	}
 	if names := strategyNames(); !contains(names, s.Strategy) {
-		l.problem("%s: must be one of %s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "))
+		l.problem("%s: must be one of %s%s", l.shown(envPrefix+"STRATEGY"), strings.Join(names, ", "), valueHint(s.Strategy, names))
 	}
 	if s.Strategy == "sticky" && strings.TrimSpace(s.StickyHeader) == "" {
 		l.problem("%s: must name a header for FAILOVER_STRATEGY=sticky", l.shown(envPrefix+"STICKY_HEADER"))
@@ -562,6 +642,40 @@ func (l *loader) validateServer(s *ServerConfig) {
 	if s.InboundToken != "" && strings.TrimSpace(s.InboundToken) != s.InboundToken {
 		l.problem("%s: has leading or trailing whitespace", l.shown(envPrefix+"INBOUND_TOKEN"))
 	}
+}
+
+// tryListen binds both listen addresses, both at once, then closes them: one that is in use
+// or not permitted is a problem, as the start would fail on it.
+func (l *loader) tryListen(s *ServerConfig) {
+	var open []net.Listener
+	for _, v := range []struct{ name, addr string }{{"LISTEN", s.Listen}, {"METRICS_LISTEN", s.MetricsListen}} {
+		ln, err := net.Listen("tcp", v.addr)
+		if err != nil {
+			l.problem("%s: %s", l.shown(envPrefix+v.name), listenProblem(v.addr, err))
+			continue
+		}
+		open = append(open, ln)
+	}
+	for _, ln := range open {
+		ln.Close()
+	}
+}
+
+// listenProblem explains why net.Listen refused addr, and what to do.
+func listenProblem(addr string, err error) string {
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "the address is in use: stop what listens there, or choose another port"
+	case (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) && n > 0 && n < 1024:
+		return "not permitted: a port below 1024 needs privileges (root, or CAP_NET_BIND_SERVICE); choose a port from 1024 up"
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		return fmt.Sprintf("not permitted: %v", errors.Unwrap(err))
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "the host is not an address of this machine: use 127.0.0.1, 0.0.0.0 or one of its own addresses"
+	}
+	return fmt.Sprintf("cannot listen: %v", err)
 }
 
 // validPort reports whether port is a decimal number from lowest to 65535. Service names
@@ -622,19 +736,32 @@ func (l *loader) validateTargets(c *Config, required bool) {
 			l.problem("%s: must not carry credentials; set %sAPI_KEY or %sAPI_KEY_FILE", l.shown(p+"URL"), p, p)
 		} else if port := u.Port(); port != "" && !validPort(port, 1) {
 			l.problem("%s: the port must be a number in 1-65535", l.shown(p+"URL"))
+		} else {
+			l.checkBaseURL(p+"URL", u)
 		}
 		if t.APIKey != "" && t.APIKeyFile != "" {
 			l.problem("%sAPI_KEY / %sAPI_KEY_FILE: set one, not both", p, p)
 		}
+		// Unset, not empty, forwards the client's own credentials (README, Configuration
+		// reference: Targets). An unset shell variable leaves
+		// FAILOVER_TARGET_0_API_KEY="$OPENAI_API_KEY" empty in compose or docker run -e, and the
+		// SDK's placeholder key would then go to the provider, which answers 401.
+		if v, set := l.vars[p+"API_KEY"]; set && strings.TrimSpace(v) == "" {
+			l.problem("%sAPI_KEY: set but empty: unset it to forward the client's own credentials, or give it the key", p)
+		}
+		if v, set := l.vars[p+"API_KEY_FILE"]; set && strings.TrimSpace(v) == "" {
+			l.problem("%sAPI_KEY_FILE: set but empty: unset it to forward the client's own credentials, or name the file that holds the key", p)
+		}
 		// Without required targets (the drill) the keys are never used: a key file that is not
 		// mounted where the drill runs must not stop it (README, Quick start: no keys or targets).
-		if t.APIKeyFile != "" && required {
+		if strings.TrimSpace(t.APIKeyFile) != "" && required {
 			b, err := os.ReadFile(t.APIKeyFile)
 			switch {
 			case err != nil:
 				l.problem("%s: cannot read the key file: %v", l.shown(p+"API_KEY_FILE"), errors.Unwrap(err))
 			case strings.TrimSpace(string(b)) == "":
-				l.problem("%s: the key file is empty", l.shown(p+"API_KEY_FILE"))
+				l.problem("%s: the key file is empty: write the key into it, or unset %sAPI_KEY_FILE to forward the client's own credentials",
+					l.shown(p+"API_KEY_FILE"), p)
 			default:
 				t.APIKey = strings.TrimRight(string(b), " \t\r\n")
 			}
@@ -644,7 +771,7 @@ func (l *loader) validateTargets(c *Config, required bool) {
 		}
 		t.Auth = strings.ToLower(t.Auth)
 		if !contains(authModes, t.Auth) {
-			l.problem("%s: must be one of %s", l.shown(p+"AUTH"), strings.Join(authModes, ", "))
+			l.problem("%s: must be one of %s%s", l.shown(p+"AUTH"), strings.Join(authModes, ", "), valueHint(t.Auth, authModes))
 		} else if t.Auth == "none" && t.APIKey != "" {
 			l.problem("%sAUTH=none with a key set: the key would never be sent; choose bearer, x-api-key or api-key", p)
 		}

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -474,6 +476,117 @@ func TestLoadRejectsSilentNoOps(t *testing.T) {
 				t.Errorf("want valid, got %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Errorf("want an error with %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// A key variable that is set but empty is not "no key": an unset shell variable leaves
+// FAILOVER_TARGET_0_API_KEY="$OPENAI_API_KEY" empty, and forwarding the client's credentials
+// would send the SDK's placeholder upstream. Unset still means forward them.
+func TestLoadEmptyKeyIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	emptyFile := filepath.Join(dir, "empty")
+	if err := os.WriteFile(emptyFile, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		required bool
+		want     string // "" = valid, forwarding the client's credentials
+	}{
+		{"empty key is an error that says to unset it", []string{"FAILOVER_TARGET_0_API_KEY="}, true,
+			"FAILOVER_TARGET_0_API_KEY: set but empty: unset it to forward the client's own credentials, or give it the key"},
+		{"a blank key is empty too", []string{"FAILOVER_TARGET_0_API_KEY=  "}, true, "FAILOVER_TARGET_0_API_KEY: set but empty"},
+		{"an empty key file variable is an error that says to unset it", []string{"FAILOVER_TARGET_0_API_KEY_FILE="}, true,
+			"FAILOVER_TARGET_0_API_KEY_FILE: set but empty: unset it to forward the client's own credentials, or name the file that holds the key"},
+		{"a key file that reads empty is an error that says to unset the variable", []string{"FAILOVER_TARGET_0_API_KEY_FILE=" + emptyFile}, true,
+			"the key file is empty: write the key into it, or unset FAILOVER_TARGET_0_API_KEY_FILE to forward the client's own credentials"},
+		{"the drill is told too", []string{"FAILOVER_TARGET_0_API_KEY="}, false, "FAILOVER_TARGET_0_API_KEY: set but empty"},
+		{"unset forwards the client's credentials", nil, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(append([]string{"FAILOVER_TARGET_0_URL=https://api.example.com/v1"}, tc.env...), tc.required)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("want valid, got %v", err)
+			case tc.want == "":
+				if d := c.Describe(); !strings.Contains(d, "key=<client credentials forwarded>") {
+					t.Errorf("Describe:\n%s", d)
+				}
+			case err == nil || !strings.Contains(err.Error(), tc.want):
+				t.Errorf("want an error with %q, got %v", tc.want, err)
+			case strings.Count(err.Error(), "\n  - ") != 1:
+				t.Errorf("want one problem, got %v", err)
+			}
+		})
+	}
+}
+
+// A listen address the system refuses is explained with what to do about it.
+func TestListenProblemSaysWhatToDo(t *testing.T) {
+	refused := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "listen", Net: "tcp", Err: os.NewSyscallError("bind", errno)}
+	}
+	for _, tc := range []struct {
+		name, addr string
+		err        error
+		want       string
+	}{
+		{"in use", "127.0.0.1:4000", refused(syscall.EADDRINUSE), "the address is in use: stop what listens there, or choose another port"},
+		{"a privileged port", ":80", refused(syscall.EACCES), "not permitted: a port below 1024 needs privileges (root, or CAP_NET_BIND_SERVICE); choose a port from 1024 up"},
+		{"refused otherwise", ":4000", refused(syscall.EACCES), "not permitted: bind: permission denied"},
+		{"not this machine's address", "10.1.2.3:4000", refused(syscall.EADDRNOTAVAIL), "the host is not an address of this machine"},
+		{"anything else", "nowhere.invalid:4000", errors.New("lookup nowhere.invalid: no such host"), "cannot listen: lookup nowhere.invalid: no such host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := listenProblem(tc.addr, tc.err); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// An enumerated value that is a typo or a synonym of an accepted one gets a did-you-mean, as
+// variable names do.
+func TestLoadSuggestsEnumeratedValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		want string // "" = the message has no suggestion
+	}{
+		{"strategy without its hyphen", "FAILOVER_STRATEGY=roundrobin", `FAILOVER_STRATEGY="roundrobin": must be one of failover, round-robin, sticky, least-latency (did you mean round-robin?)`},
+		{"strategy with an underscore", "FAILOVER_STRATEGY=least_latency", "(did you mean least-latency?)"},
+		{"strategy in another case", "FAILOVER_STRATEGY=Sticky", "(did you mean sticky?)"},
+		{"strategy far from any", "FAILOVER_STRATEGY=random", ""},
+		{"auth without its hyphen", "FAILOVER_TARGET_0_AUTH=apikey", `FAILOVER_TARGET_0_AUTH="apikey": must be one of bearer, x-api-key, api-key, none (did you mean api-key?)`},
+		{"auth with underscores", "FAILOVER_TARGET_0_AUTH=x_api_key", "(did you mean x-api-key?)"},
+		{"auth far from any", "FAILOVER_TARGET_0_AUTH=basic", ""},
+		{"a resume mode misspelt", "FAILOVER_TARGET_0_RESUME=prefil", `FAILOVER_TARGET_0_RESUME="prefil": must be prefill, prefix, continue, or empty (not resumable) (did you mean prefill?)`},
+		{"resume as a boolean", "FAILOVER_RESUME=true", `FAILOVER_RESUME="true": must be on or off (did you mean on?)`},
+		{"resume as yes", "FAILOVER_RESUME=yes", "(did you mean on?)"},
+		{"resume as no", "FAILOVER_RESUME=no", "(did you mean off?)"},
+		{"log level warning", "FAILOVER_LOG_LEVEL=warning", `FAILOVER_LOG_LEVEL="warning": must be debug, info, warn or error (did you mean warn?)`},
+		{"log level misspelt", "FAILOVER_LOG_LEVEL=debgu", "(did you mean debug?)"},
+		{"log level far from any", "FAILOVER_LOG_LEVEL=verbose", ""},
+		{"log format misspelt", "FAILOVER_LOG_FORMAT=jsno", `FAILOVER_LOG_FORMAT="jsno": must be auto, text or json (did you mean json?)`},
+		{"log format console", "FAILOVER_LOG_FORMAT=console", "(did you mean text?)"},
+		{"a boolean misspelt", "FAILOVER_ENABLED=flase", `FAILOVER_ENABLED="flase": not a boolean: use true or false (did you mean false?)`},
+		{"a boolean as on", "FAILOVER_RATELIMIT_AWARE=on", "(did you mean true?)"},
+		{"a boolean as off", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=off", "(did you mean false?)"},
+		{"a boolean far from any", "FAILOVER_ENABLED=yes please", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1", tc.env}, true)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			switch msg := err.Error(); {
+			case tc.want == "" && strings.Contains(msg, "did you mean"):
+				t.Errorf("a suggestion where none is close:\n%s", msg)
+			case tc.want != "" && !strings.Contains(msg, tc.want):
+				t.Errorf("message lacks %q:\n%s", tc.want, msg)
 			}
 		})
 	}

@@ -93,7 +93,7 @@ const (
 
 var probeResultNames = [numProbeResults]string{"answered", "silent"}
 
-func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
+func newServerMetrics(targets []*Target, clock budget.Clock, build Build) *serverMetrics {
 	// # HELP and # TYPE lines: Prometheus keeps the types (its metadata API, Grafana's metric
 	// browser), and a histogram is then one histogram rather than three untyped series.
 	// A process-wide switch of the library; only the scrape writes more.
@@ -106,6 +106,9 @@ func newServerMetrics(targets []*Target, clock budget.Clock) *serverMetrics {
 		m.duration[f] = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_request_duration_seconds{family=%q}`, stream.Family(f).String()), latencyBuckets)
 	}
 	m.overhead = m.set.NewPrometheusHistogramExt(`failover_overhead_seconds`, overheadBuckets)
+	// Which build runs, as Prometheus exporters say it: a gauge of 1 whose labels carry it.
+	m.set.NewGauge(fmt.Sprintf(`failover_build_info{version=%q,revision=%q,goversion=%q}`, build.Version, build.Revision, build.GoVersion),
+		func() float64 { return 1 })
 	m.set.NewGauge(`failover_inflight_requests`, func() float64 { return float64(m.inflight.Load()) })
 	m.set.NewGauge(`failover_gomaxprocs`, func() float64 {
 		if n := m.procs.Load(); n > 0 {

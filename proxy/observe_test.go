@@ -298,7 +298,7 @@ func TestMetricsPageTypesEveryFamily(t *testing.T) {
 		"failover_overhead_seconds": "histogram", "failover_inflight_requests": "gauge", "failover_target_up": "gauge",
 		"failover_target_ejections_total": "counter", "failover_stream_commits_total": "counter",
 		"failover_budget_exhausted_total": "counter", "failover_empty_responses_total": "counter",
-		"failover_dropped_headers_total": "counter",
+		"failover_dropped_headers_total": "counter", "failover_build_info": "gauge",
 	} {
 		if types[name] != want {
 			t.Errorf("%s: # TYPE %q, want %q", name, types[name], want)

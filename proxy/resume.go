@@ -65,8 +65,8 @@ func parseResumeMode(s string) (m resumeMode, ok bool) {
 func (l *loader) validateResume(c *Config) {
 	r := &c.Resume
 	r.Mode = strings.ToLower(r.Mode)
-	if r.Mode != "on" && r.Mode != "off" {
-		l.problem("%s: must be on or off", l.shown(envPrefix+"RESUME"))
+	if modes := []string{"on", "off"}; !contains(modes, r.Mode) {
+		l.problem("%s: must be on or off%s", l.shown(envPrefix+"RESUME"), valueHint(r.Mode, modes))
 	}
 	if r.Max < 0 {
 		l.problem("%s: must be >= 0", l.shown(envPrefix+"RESUME_MAX"))
@@ -75,7 +75,7 @@ func (l *loader) validateResume(c *Config) {
 		t := &c.Targets[i]
 		m, ok := parseResumeMode(t.Resume)
 		if !ok {
-			l.problem("%s: %s", l.shown(fmt.Sprintf("%sTARGET_%d_RESUME", envPrefix, i)), resumeModeHelp)
+			l.problem("%s: %s%s", l.shown(fmt.Sprintf("%sTARGET_%d_RESUME", envPrefix, i)), resumeModeHelp, valueHint(t.Resume, resumeModeNames[1:]))
 			continue
 		}
 		t.Resume = resumeModeNames[m]

@@ -116,6 +116,9 @@ type Options struct {
 	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
 	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
 	RootCAs *x509.CertPool
+	// Build labels failover_build_info; zero: ReadBuild("", ""), the binary's own build
+	// information.
+	Build Build
 }
 
 // New builds the server from a validated configuration.
@@ -141,7 +144,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 		// Load refuses it; a configuration built in code must not run another strategy instead.
 		return nil, fmt.Errorf("FAILOVER_STRATEGY=%q: must be one of %s", cfg.Server.Strategy, strings.Join(strategyNames(), ", "))
 	}
-	s.metrics = newServerMetrics(s.targets, s.clock)
+	if opts.Build == (Build{}) {
+		opts.Build = ReadBuild("", "")
+	}
+	s.metrics = newServerMetrics(s.targets, s.clock, opts.Build)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)

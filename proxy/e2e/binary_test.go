@@ -89,7 +89,8 @@ func TestBadConfigurationExits2NamingEveryProblem(t *testing.T) {
 }
 
 func TestCheckPrintsTheEffectivePolicy(t *testing.T) {
-	stdout, stderr, code := runBinary(t, []string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_TARGET_0_API_KEY=sk-hidden-1",
+	stdout, stderr, code := runBinary(t, []string{"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0", // -check binds them
+		"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_TARGET_0_API_KEY=sk-hidden-1",
 		"FAILOVER_TARGET_1_URL=https://api.anthropic.com/v1", "FAILOVER_TARGET_1_AUTH=x-api-key", "FAILOVER_TARGET_1_API_KEY=sk-hidden-2",
 		"FAILOVER_STOP_RULE_0_STATUSES=400", "FAILOVER_STOP_RULE_0_PATTERN=context_length"}, "-check")
 	if code != 0 {
@@ -180,6 +181,7 @@ func TestCheckRejectsListenersThatCannotWork(t *testing.T) {
 // named "failover"; they are not typos of FAILOVER_* settings.
 func TestCheckAcceptsKubernetesServiceLinks(t *testing.T) {
 	_, stderr, code := runBinary(t, []string{"FAILOVER_TARGET_0_URL=https://api.example/v1",
+		"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0", // -check binds them
 		"FAILOVER_SERVICE_HOST=10.96.12.34", "FAILOVER_SERVICE_PORT=9464", "FAILOVER_SERVICE_PORT_METRICS=9464",
 		"FAILOVER_PORT=tcp://10.96.12.34:9464", "FAILOVER_PORT_9464_TCP=tcp://10.96.12.34:9464",
 		"FAILOVER_PORT_9464_TCP_PROTO=tcp", "FAILOVER_PORT_9464_TCP_PORT=9464", "FAILOVER_PORT_9464_TCP_ADDR=10.96.12.34"}, "-check")

@@ -1,0 +1,110 @@
+package proxy
+
+import "fmt"
+
+// warnNoEffect warns about each setting that the rest of a valid configuration leaves without
+// effect (README, Configuration reference): it was likely set for something another setting
+// turns off. Only variables that are set (not empty) are named, each once, with the first
+// reason below; a setting that still changes anything, however little, is not named.
+func (l *loader) warnNoEffect(c *Config) {
+	set := func(name string) bool { return l.vars[name] != "" }
+	tv := func(i int, field string) string { return fmt.Sprintf("%sTARGET_%d_%s", envPrefix, i, field) }
+	b, s, r := &c.Budget, &c.Server, &c.Resume
+
+	// Disabled, a request gets one attempt: nothing retries, transfers or resumes, so nothing
+	// that bounds or paces those is ever asked (classify.Limit, classify.Resume).
+	if !b.Enabled {
+		const why = "has no effect with FAILOVER_ENABLED=false, which allows one attempt: no retry, transfer or resume"
+		for _, n := range []string{"SAME_TARGET_RETRIES", "MAX_ATTEMPTS", "MAX_ELAPSED", "BACKOFF_BASE", "BACKOFF_MAX",
+			"RETRY_BUDGET_RATIO", "RETRY_BUDGET_MIN", "RESUME_MAX"} {
+			if set(envPrefix + n) {
+				l.warn(envPrefix+n, why)
+			}
+		}
+		if r.Mode == "on" {
+			l.warn(envPrefix+"RESUME", why)
+		}
+		for i := range c.Targets {
+			for _, f := range []string{"RETRIES", "RESUME"} {
+				if set(tv(i, f)) {
+					l.warn(tv(i, f), why)
+				}
+			}
+		}
+	}
+
+	// A stream is continued only with FAILOVER_RESUME=on, within FAILOVER_RESUME_MAX, on a
+	// target marked _RESUME.
+	resumable := false
+	for _, t := range c.Targets {
+		resumable = resumable || t.Resume != ""
+	}
+	switch {
+	case r.Mode != "on":
+		if set(envPrefix + "RESUME_MAX") {
+			l.warn(envPrefix+"RESUME_MAX", "has no effect while FAILOVER_RESUME=off")
+		}
+		for i, t := range c.Targets {
+			if t.Resume != "" {
+				l.warn(tv(i, "RESUME"), "has no effect while FAILOVER_RESUME=off: set FAILOVER_RESUME=on to continue cut streams on this target")
+			}
+		}
+	case r.Max == 0:
+		l.warn(envPrefix+"RESUME", "has no effect with FAILOVER_RESUME_MAX=0, which allows no resume")
+		for i, t := range c.Targets {
+			if t.Resume != "" {
+				l.warn(tv(i, "RESUME"), "has no effect with FAILOVER_RESUME_MAX=0, which allows no resume")
+			}
+		}
+	case !resumable && len(c.Targets) > 0:
+		l.warn(envPrefix+"RESUME", "has no effect: no target is marked resumable; set FAILOVER_TARGET_<i>_RESUME on the targets a cut stream may continue on")
+	}
+
+	// Only sticky reads the header, and only round-robin and sticky weigh targets (selection.go).
+	if s.Strategy != "sticky" && set(envPrefix+"STICKY_HEADER") {
+		l.warn(envPrefix+"STICKY_HEADER", "has no effect with FAILOVER_STRATEGY=%s: only sticky hashes it", s.Strategy)
+	}
+	if s.Strategy != "round-robin" && s.Strategy != "sticky" {
+		for i := range c.Targets {
+			if set(tv(i, "WEIGHT")) {
+				l.warn(tv(i, "WEIGHT"), "has no effect with FAILOVER_STRATEGY=%s: only round-robin and sticky weigh targets", s.Strategy)
+			}
+		}
+	}
+
+	// A ratio of 0 turns the retry budget off, floor and all (budget.RetryBudget).
+	if b.RetryBudgetRatio == 0 && set(envPrefix+"RETRY_BUDGET_MIN") {
+		l.warn(envPrefix+"RETRY_BUDGET_MIN", "has no effect with FAILOVER_RETRY_BUDGET_RATIO=0, which turns the retry budget off")
+	}
+	// Unaware, no quota is ever judged spent, so the floor that judges it is never read.
+	if !b.RateLimitAware && set(envPrefix+"RATELIMIT_FLOOR") {
+		l.warn(envPrefix+"RATELIMIT_FLOOR", "has no effect with FAILOVER_RATELIMIT_AWARE=false: no target is skipped for a spent quota")
+	}
+
+	// The backoff paces same-target retries only; FAILOVER_SAME_TARGET_RETRIES is only the
+	// default of the targets' own _RETRIES.
+	retries, own := false, true
+	for i, t := range c.Targets {
+		retries = retries || t.Retries > 0
+		own = own && set(tv(i, "RETRIES"))
+	}
+	if len(c.Targets) > 0 && !retries {
+		for _, n := range []string{"BACKOFF_BASE", "BACKOFF_MAX"} {
+			if set(envPrefix + n) {
+				l.warn(envPrefix+n, "has no effect: no target retries (FAILOVER_SAME_TARGET_RETRIES and every FAILOVER_TARGET_<i>_RETRIES are 0)")
+			}
+		}
+	}
+	if len(c.Targets) > 0 && own && set(envPrefix+"SAME_TARGET_RETRIES") {
+		l.warn(envPrefix+"SAME_TARGET_RETRIES", "has no effect: every target sets its own FAILOVER_TARGET_<i>_RETRIES")
+	}
+
+	// _AUTH says how the target's own key is sent; without one the client's credentials go
+	// upstream as they came, whatever _AUTH says (newTarget).
+	for i := range c.Targets {
+		if set(tv(i, "AUTH")) && !set(tv(i, "API_KEY")) && !set(tv(i, "API_KEY_FILE")) {
+			l.warn(tv(i, "AUTH"), "has no effect without a key: the client's own credentials are forwarded as they came; set %s or %s to send the target's",
+				tv(i, "API_KEY"), tv(i, "API_KEY_FILE"))
+		}
+	}
+}
