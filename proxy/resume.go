@@ -453,7 +453,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	ok := v.Action == classify.ActionCommit && a.sse && !a.cut
 	if ok {
 		whole = ex.gate.HeldWhole()
-		r.tr.Splice()
+		r.tr.Splice(false)
 		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
 		ok = r.tr.Continues()
 	}
