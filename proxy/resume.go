@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -68,12 +70,13 @@ const (
 	resumePrefix                     // chat: a trailing assistant message with "prefix": true (DeepSeek, Mistral)
 	resumeContinue                   // chat: a trailing assistant message and "continue_final_message": true (vLLM)
 	resumeInstruct                   // the delivered text as an assistant message, then a user message asking to continue it
+	resumeAuto                       // prefill; by instruction where the target refuses the prefill (learnt per model)
 )
 
 var resumeModeNames = [...]string{resumeNone: "", resumePrefill: "prefill", resumePrefix: "prefix", resumeContinue: "continue",
-	resumeInstruct: "instruct"}
+	resumeInstruct: "instruct", resumeAuto: "auto"}
 
-const resumeModeHelp = "must be prefill, prefix, continue, instruct, or empty (not resumable)"
+const resumeModeHelp = "must be prefill, prefix, continue, instruct, auto, or empty (not resumable)"
 
 // parseResumeMode reads a _RESUME value (any case); ok is false for an unknown one.
 func parseResumeMode(s string) (m resumeMode, ok bool) {
@@ -313,12 +316,18 @@ func messagesEnd(b []byte) (msgEnd, objEnd int) {
 }
 
 // resumeForm is the form a continuation is asked in on t: its _RESUME, but a messages
-// request always gets a plain prefill for prefix and continue (Anthropic's form).
+// request always gets a plain prefill for prefix and continue (Anthropic's form), and auto is a
+// prefill unless t refused one for the model it sends for this request (README, Resume a cut
+// stream), then by instruction.
 func (ex *exchange) resumeForm(t *Target) resumeMode {
-	if m := t.resume; ex.family == stream.Messages && (m == resumePrefix || m == resumeContinue) {
+	switch m := t.resume; {
+	case m == resumeAuto && t.prefillRefused.has(ex.sentModel(t)):
+		return resumeInstruct
+	case m == resumeAuto, ex.family == stream.Messages && (m == resumePrefix || m == resumeContinue):
 		return resumePrefill
+	default:
+		return m
 	}
-	return t.resume
 }
 
 // continuationBody makes the body the continuation is asked with in form: the client's, with
@@ -376,6 +385,81 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 		}
 	}
 	return nil
+}
+
+// prefillRefusals are the models a target refused a prefill for (README, Resume a cut stream):
+// learnt by auto's resumes, and kept for the life of the process, at most maxPrefillRefusals
+// of them (a model is the client's to name: past that many, auto asks for a prefill first
+// again). Part of the Target; safe for concurrent use.
+type prefillRefusals struct {
+	mu     sync.Mutex
+	models map[string]struct{}
+}
+
+const maxPrefillRefusals = 64
+
+// has reports whether the model was refused a prefill.
+func (p *prefillRefusals) has(model []byte) bool {
+	p.mu.Lock()
+	_, ok := p.models[string(model)]
+	p.mu.Unlock()
+	return ok
+}
+
+// add remembers that the model was refused a prefill; it reports whether that is news.
+func (p *prefillRefusals) add(model []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.models[string(model)]; ok || len(p.models) >= maxPrefillRefusals {
+		return false
+	}
+	if p.models == nil {
+		p.models = make(map[string]struct{})
+	}
+	p.models[string(model)] = struct{}{}
+	return true
+}
+
+// list returns the models, sorted.
+func (p *prefillRefusals) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.models) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(p.models))
+	for m := range p.models {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prefillRefused remembers that attempt a's target refused a prefill for the model it sends,
+// and says so the first time (resume_prefill_refused).
+func (ex *exchange) prefillRefused(a *attempt) {
+	m := ex.sentModel(a.t)
+	if a.t.prefillRefused.add(m) {
+		ex.event(slog.LevelInfo, "resume_prefill_refused", a, slog.String("model", logText(m[:min(len(m), 128)])))
+	}
+}
+
+// instructAgain says whether a resume whose prefill was refused may ask the same target again
+// by instruction at once, as classify.Resume says for any resume: that retry is part of the
+// same resume (FAILOVER_RESUME_MAX counts it there), but it is one more attempt, within
+// FAILOVER_MAX_ELAPSED and the retry budget, and never after the client left or while the
+// sidecar shuts down.
+func (ex *exchange) instructAgain() classify.ResumeReason {
+	s := ex.srv
+	now := ex.policyNow()
+	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: true, ClientGone: ex.gone || ex.clientGone(), Cut: s.closing.Load(),
+		ResumesLeft: true, Candidate: true, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
+	why := classify.Resume(in)
+	if why == classify.ResumeOK && !s.retries.Withdraw(now) {
+		in.RetryBudgetOK = false
+		why = classify.Resume(in)
+	}
+	return why
 }
 
 // forwardResumable is forward for a stream that may be resumed (resumption.reading): the whole events go through
@@ -442,9 +526,10 @@ const (
 // tryResume continues the stream on another target when the upstream body's end with err is
 // an interruption, and classify.Resume allows it. The interrupted attempt ends here, and one
 // attempt is made on the candidate (resumeCandidate) with the continuation body in the form it
-// takes (resumeForm), through the gate like any attempt. When the attempt commits with text,
-// its events are spliced into the client's stream after an SSE comment naming it. When it
-// does not, nothing of it reaches the client, which gets the
+// takes (resumeForm), through the gate like any attempt; in the auto form, a prefill the
+// target refuses is asked again at once by instruction, when instructAgain allows it. When
+// the attempt commits with text, its events are spliced into the client's stream after an SSE
+// comment naming it. When it does not, nothing of it reaches the client, which gets the
 // original interruption's error event (the shutdown's, when the shutdown timeout cut the
 // attempt); clientLeft reports a failed write then.
 func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft bool) {
@@ -486,17 +571,37 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	ex.reusable = false
 	ex.closeConn()
 	form := ex.resumeForm(next)
-	ex.continuationBody(form)
-	ex.budget.Begin(ex.policyNow(), next.Index)
 	a := &ex.cur
-	*a = attempt{t: next, n: ex.ledger.n + 1}
-	ex.do(a)
-	o := classify.Outcome{
-		Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
-		Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-		ClientGone: ex.gone, Resume: true,
+	var o classify.Outcome
+	var v classify.Verdict
+	for {
+		ex.continuationBody(form)
+		ex.budget.Begin(ex.policyNow(), next.Index)
+		*a = attempt{t: next, n: ex.ledger.n + 1}
+		ex.do(a)
+		o = classify.Outcome{
+			Kind: a.kind, Status: a.status, Transport: a.transport, Body: a.body, Truncated: a.truncated,
+			Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == resumeAuto && form == resumePrefill,
+		}
+		v = s.policy.Decide(&o)
+		if v.Reason != classify.ReasonPrefillRefused || a.cut {
+			break
+		}
+		// The target refused the prefill: it is asked again by instruction, as part of the
+		// same resume. The refusal says nothing of its health, and a probe it was handed out
+		// as stays held for the attempt that follows.
+		ex.tick()
+		ex.prefillRefused(a)
+		if why := ex.instructAgain(); why != classify.ResumeOK {
+			v = classify.PrefillRetryStopped(v, why)
+			p.notResumed(why, ex.policyNow())
+			break
+		}
+		ex.record(a, v)
+		ex.closeConn()
+		form = resumeInstruct
 	}
-	v := s.policy.Decide(&o)
 	held, whole := ex.gate.Held(), 0
 	var n int
 	var errEvent []byte

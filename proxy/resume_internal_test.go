@@ -60,15 +60,15 @@ func TestLoadResume(t *testing.T) {
 		t.Errorf("-check does not say that FAILOVER_RESUME_MAX=0 resumes nothing:\n%s", d)
 	}
 
-	c, err = Load(append(base, "FAILOVER_RESUME=on", "FAILOVER_TARGET_0_RESUME=Instruct", "FAILOVER_TARGET_1_RESUME=INSTRUCT",
+	c, err = Load(append(base, "FAILOVER_RESUME=on", "FAILOVER_TARGET_0_RESUME=Instruct", "FAILOVER_TARGET_1_RESUME=AUTO",
 		"FAILOVER_RESUME_INSTRUCTION=Go on."), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Targets[0].Resume != "instruct" || c.Targets[1].Resume != "instruct" || c.Resume.instruction() != "Go on." {
+	if c.Targets[0].Resume != "instruct" || c.Targets[1].Resume != "auto" || c.Resume.instruction() != "Go on." {
 		t.Fatalf("targets %q %q, instruction %q", c.Targets[0].Resume, c.Targets[1].Resume, c.Resume.instruction())
 	}
-	if d := c.Describe(); !strings.Contains(d, `FAILOVER_RESUME_INSTRUCTION="Go on."`) || !strings.Contains(d, "resume=instruct\n") {
+	if d := c.Describe(); !strings.Contains(d, `FAILOVER_RESUME_INSTRUCTION="Go on."`) || !strings.Contains(d, "resume=auto\n") {
 		t.Errorf("-check:\n%s", d)
 	}
 	if c, _ = Load(base, true); c.Resume.instruction() != DefaultResumeInstruction {
@@ -86,7 +86,7 @@ func TestLoadResume(t *testing.T) {
 	}
 	for _, want := range []string{`FAILOVER_RESUME="yes": must be on or off`, `FAILOVER_RESUME_MAX="-1": must be >= 0`,
 		`FAILOVER_RESUME_INSTRUCTION=" \t": must not be blank`,
-		`FAILOVER_TARGET_1_RESUME="assistant": must be prefill, prefix, continue, instruct, or empty`, "FAILOVER_RESUME_MAXIMUM: unknown variable (did you mean FAILOVER_RESUME_MAX?)"} {
+		`FAILOVER_TARGET_1_RESUME="assistant": must be prefill, prefix, continue, instruct, auto, or empty`, "FAILOVER_RESUME_MAXIMUM: unknown variable (did you mean FAILOVER_RESUME_MAX?)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("message lacks %q:\n%v", want, err)
 		}
