@@ -327,3 +327,25 @@ func checkOriginalInterruption(t *testing.T, r sidecar.Response) {
 		t.Fatalf("got %d err=%v, text %q, errors %q; want the original interruption:\n%s", r.Status, r.Err, v.text, v.errors, r.Body)
 	}
 }
+
+// A resume that fails in every form, auto's prefill refused and its instruction answered with a
+// 503, leaves the client the original interruption's error event, as any failed resume.
+func TestResumeAutoThatFailsInEveryForm(t *testing.T) {
+	path, body, cut := resumeStory(false)
+	a := upstream(t, cut)
+	b := upstream(t, pt.AnthropicPrefillRefusal(), pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")))
+	s := start(t, env(targets(a.URL, b.URL), resumeEnv("auto"))...)
+	checkOriginalInterruption(t, s.Post(path, body))
+	if b.Calls() != 2 {
+		t.Fatalf("the resume target was called %d times, want a prefill and an instruction", b.Calls())
+	}
+	rec := s.WaitLedger(1)[0]
+	ledger := rec["ledger"].([]any)
+	refused, failed := ledger[1].(map[string]any), ledger[2].(map[string]any)
+	if rec["outcome"] != "partial" || len(ledger) != 3 || refused["reason"] != "prefill_refused" || failed["status"] != 503.0 || failed["action"] != "stop" {
+		t.Fatalf("record %v", rec)
+	}
+	if m := s.ScrapeMetrics(); metric(m, `failover_resumes_total{target="t1",outcome="failed"}`) != 1 {
+		t.Errorf("failover_resumes_total:\n%s", metricLine(m, "failover_resumes_total"))
+	}
+}
