@@ -85,10 +85,15 @@ const DefaultStatuses = "408,429,5xx"
 // recoverable whatever the status list says, as an attempt without an answer is. A
 // recoverable outcome becomes a retry while the target has retries left and the class is
 // transient, a transfer otherwise; budgets are applied after, by Limit. A resume attempt's
-// 4xx has no health effect (Outcome.Resume). Decide never allocates.
+// 4xx has no health effect (Outcome.Resume), and a refused prefill that may be asked again by
+// instruction is (Outcome.PrefillAsked). Decide never allocates.
 func (p *Policy) Decide(o *Outcome) Verdict {
 	if o.Resume {
-		return resumeHealth(p.decide(o))
+		v := resumeHealth(p.decide(o))
+		if o.PrefillAsked && !o.ClientGone && (o.Kind == KindResponse || o.Kind == KindStreamError) && PrefillRefused(v.Status, o.Body) {
+			return prefillRetry(v)
+		}
+		return v
 	}
 	return p.decide(o)
 }

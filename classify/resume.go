@@ -91,3 +91,20 @@ func ResumeStopped(v Verdict) Verdict {
 	v.Action, v.Wait = ActionStop, 0
 	return v
 }
+
+// PrefillRetryStopped is the verdict for a refused prefill (prefillRetry) whose retry by
+// instruction Resume does not allow, for why: the client left or the sidecar is shutting down
+// (the attempt is cancelled, as any whose client left), or FAILOVER_MAX_ELAPSED or the retry
+// budget is spent. The resume ends there, as one that failed.
+func PrefillRetryStopped(v Verdict, why ResumeReason) Verdict {
+	v.Action, v.Wait = ActionStop, 0
+	switch why {
+	case ResumeCancelled:
+		return Verdict{Class: ClassCancelled, Action: ActionStop, Reason: ReasonCancelled, Status: 499}
+	case ResumeElapsedLimit:
+		v.Reason = ReasonElapsedLimit
+	case ResumeRetryBudget:
+		v.Reason = ReasonRetryBudget
+	}
+	return v
+}

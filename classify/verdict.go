@@ -140,6 +140,7 @@ const (
 	ReasonExhausted                       // a transfer found no candidate left (set by the proxy's sweep)
 	ReasonContextWindow                   // the prompt is too long for the model: only a different model can help
 	ReasonNotResumable                    // a resume attempt's continuation did not start with text (ResumeStopped)
+	ReasonPrefillRefused                  // a resume attempt's prefill was refused: asked again by instruction (prefillRetry)
 	NumReasons
 )
 
@@ -147,7 +148,7 @@ var reasonNames = [NumReasons]string{
 	"ok", "no_response", "retryable_status", "phrase", "credential", "quota", "empty", "retry_after",
 	"success_rule", "stop_rule", "not_retryable", "caller_credentials", "cancelled", "committed",
 	"disabled", "transfer_limit", "elapsed_limit", "retry_budget", "exhausted", "context_window",
-	"not_resumable",
+	"not_resumable", "prefill_refused",
 }
 
 func (r Reason) String() string {
@@ -189,6 +190,10 @@ type Outcome struct {
 	// Resume: the attempt continues a cut stream (README, Resume a cut stream); a 4xx has no
 	// health effect (resumeHealth).
 	Resume bool
+	// PrefillAsked: a resume attempt that asked for the continuation as a prefill in the auto
+	// form, which may still ask by instruction: a refusal of the prefill (PrefillRefused) is
+	// asked again at once on the same target (prefillRetry).
+	PrefillAsked bool
 }
 
 // Verdict is the decision for one attempt's outcome.

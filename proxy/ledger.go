@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/stream"
 )
 
 // Phase is how far an attempt got relative to the client (README, The request record).
@@ -43,10 +44,11 @@ type attemptRecord struct {
 	action   classify.Action
 	duration time.Duration
 	wait     time.Duration // sleep before the retry that followed
-	// A continuation of a cut stream: the bytes of text the client had, and where in them the
-	// continuation's text joins (the text without its trailing whitespace).
-	cont            bool
-	delivered, seam int
+	// A continuation of a cut stream: the bytes of text the client had, and what the seam
+	// took off the start of the continuation's text (README, Resume a cut stream, The seam).
+	cont      bool
+	delivered int
+	seam      stream.Seam
 }
 
 // Ledger lists a request's attempts. It renders as a JSON array for the JSON log and as a
@@ -118,8 +120,9 @@ func (l *Ledger) AppendJSON(b []byte) []byte {
 		if r.cont {
 			b = append(b, `,"delivered_bytes":`...)
 			b = strconv.AppendInt(b, int64(r.delivered), 10)
-			b = append(b, `,"seam":`...)
-			b = strconv.AppendInt(b, int64(r.seam), 10)
+			b = append(b, `,"seam":"`...)
+			b = r.seam.AppendText(b)
+			b = append(b, '"')
 		}
 		b = append(b, '}')
 	}
@@ -186,7 +189,7 @@ func (l *Ledger) AppendText(b []byte) []byte {
 			b = append(b, " delivered="...)
 			b = strconv.AppendInt(b, int64(r.delivered), 10)
 			b = append(b, " seam="...)
-			b = strconv.AppendInt(b, int64(r.seam), 10)
+			b = r.seam.AppendText(b)
 		}
 	}
 	if l.n > maxLedger {

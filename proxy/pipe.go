@@ -670,6 +670,9 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 		}
 	}
 	if p.cont {
+		if r := ex.ledger.last(); r != nil && r.cont && p.res != nil {
+			r.seam = p.res.tr.Seam()
+		}
 		outcome := resumeOK
 		if p.interrupted && !p.cut && !clientLeft {
 			outcome = resumeInterrupted

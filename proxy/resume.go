@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,9 +21,10 @@ import (
 // Resume (README, Resume a cut stream): with FAILOVER_RESUME=on, a committed chat or messages
 // stream that is cut while it has delivered nothing but text is continued on a target marked
 // resumable. The continuation is asked for with the delivered text as a partial assistant
-// turn, goes through the gate like any attempt, and only once it carries text are its events
-// spliced into the client's open stream (stream.Transcript). A resume that fails leaves the
-// client with the original interruption's error event, as without resume.
+// turn (a prefill), or as an assistant turn followed by a user turn that asks to continue it
+// (by instruction), goes through the gate like any attempt, and only once it carries text are
+// its events spliced into the client's open stream (stream.Transcript). A resume that fails
+// leaves the client with the original interruption's error event, as without resume.
 //
 // The cost is paid only by a stream that may be resumed: the client's body and headers are
 // copied at commit (the request context is gone once the stream runs on its own goroutine),
@@ -31,6 +34,27 @@ import (
 type ResumeConfig struct {
 	Mode string `env:"RESUME" envDefault:"off"` // on, off
 	Max  int    `env:"RESUME_MAX" envDefault:"1"`
+	// Instruction is the user message that asks for a continuation by instruction; empty:
+	// DefaultResumeInstruction.
+	Instruction string `env:"RESUME_INSTRUCTION"`
+}
+
+// DefaultResumeInstruction is what a continuation by instruction asks when
+// FAILOVER_RESUME_INSTRUCTION is not set (README, Resume a cut stream).
+const DefaultResumeInstruction = "Your previous reply was cut off. Continue it from exactly where it stopped, " +
+	"even in the middle of a word or a sentence: start with the very next character (a space, if one comes next), " +
+	"do not repeat anything already written, and add no preamble or comment."
+
+// maxResumeInstruction bounds FAILOVER_RESUME_INSTRUCTION: it is sent with every continuation
+// by instruction.
+const maxResumeInstruction = 4 << 10
+
+// instruction is the user message a continuation by instruction is asked with.
+func (c *ResumeConfig) instruction() string {
+	if c.Instruction == "" {
+		return DefaultResumeInstruction
+	}
+	return c.Instruction
 }
 
 // On reports whether cut streams may be resumed: FAILOVER_RESUME=on, and FAILOVER_RESUME_MAX
@@ -42,14 +66,17 @@ type resumeMode uint8
 
 const (
 	resumeNone     resumeMode = iota // not resumable
-	resumePrefill                    // a trailing assistant message (Anthropic; chat servers that take it as a prefix)
+	resumePrefill                    // a trailing assistant message (Anthropic before Claude 4.6; chat servers that take it as a prefix)
 	resumePrefix                     // chat: a trailing assistant message with "prefix": true (DeepSeek, Mistral)
 	resumeContinue                   // chat: a trailing assistant message and "continue_final_message": true (vLLM)
+	resumeInstruct                   // the delivered text as an assistant message, then a user message asking to continue it
+	resumeAuto                       // prefill; by instruction where the target refuses the prefill (learnt per model)
 )
 
-var resumeModeNames = [...]string{resumeNone: "", resumePrefill: "prefill", resumePrefix: "prefix", resumeContinue: "continue"}
+var resumeModeNames = [...]string{resumeNone: "", resumePrefill: "prefill", resumePrefix: "prefix", resumeContinue: "continue",
+	resumeInstruct: "instruct", resumeAuto: "auto"}
 
-const resumeModeHelp = "must be prefill, prefix, continue, or empty (not resumable)"
+const resumeModeHelp = "must be prefill, prefix, continue, instruct, auto, or empty (not resumable)"
 
 // parseResumeMode reads a _RESUME value (any case); ok is false for an unknown one.
 func parseResumeMode(s string) (m resumeMode, ok bool) {
@@ -71,6 +98,12 @@ func (l *loader) validateResume(c *Config) {
 	if r.Max < 0 {
 		l.problem("%s: must be >= 0", l.shown(envPrefix+"RESUME_MAX"))
 	}
+	switch {
+	case r.Instruction != "" && strings.TrimSpace(r.Instruction) == "":
+		l.problem("%s: must not be blank (unset it for the default)", l.shown(envPrefix+"RESUME_INSTRUCTION"))
+	case len(r.Instruction) > maxResumeInstruction:
+		l.problem("%s: must be at most %d bytes, is %d", envPrefix+"RESUME_INSTRUCTION", maxResumeInstruction, len(r.Instruction))
+	}
 	for i := range c.Targets {
 		t := &c.Targets[i]
 		m, ok := parseResumeMode(t.Resume)
@@ -85,6 +118,9 @@ func (l *loader) validateResume(c *Config) {
 // describe renders the section for -check.
 func (c *ResumeConfig) describe(targets []TargetConfig) string {
 	line := fmt.Sprintf("FAILOVER_RESUME=%s  FAILOVER_RESUME_MAX=%d", c.Mode, c.Max)
+	if c.Instruction != "" {
+		line += fmt.Sprintf("  FAILOVER_RESUME_INSTRUCTION=%q", c.Instruction)
+	}
 	if c.Mode == "on" && c.Max == 0 {
 		return line + "  (FAILOVER_RESUME_MAX=0: no stream is resumed, as with FAILOVER_RESUME=off)"
 	}
@@ -279,19 +315,40 @@ func messagesEnd(b []byte) (msgEnd, objEnd int) {
 	return msgEnd, c.End() - 1
 }
 
-// continuationBody makes the body the continuation is asked with on target t: the client's,
-// with the delivered text (Prefill) as a final assistant message, in the form t takes, and
-// points the exchange's body and fields at it (a _MODEL substitution then applies as usual).
-func (ex *exchange) continuationBody(t *Target) {
+// resumeForm is the form a continuation is asked in on t: its _RESUME, but a messages
+// request always gets a plain prefill for prefix and continue (Anthropic's form), and auto is a
+// prefill unless t refused one for the model it sends for this request (README, Resume a cut
+// stream), then by instruction.
+func (ex *exchange) resumeForm(t *Target) resumeMode {
+	switch m := t.resume; {
+	case m == resumeAuto && t.prefillRefused.has(ex.sentModel(t)):
+		return resumeInstruct
+	case m == resumeAuto, ex.family == stream.Messages && (m == resumePrefix || m == resumeContinue):
+		return resumePrefill
+	default:
+		return m
+	}
+}
+
+// continuationBody makes the body the continuation is asked with in form: the client's, with
+// the delivered text (Prefill) as a final assistant message in that form, or, by instruction,
+// as an assistant message followed by a user message with FAILOVER_RESUME_INSTRUCTION; and points
+// the exchange's body and fields at it (a _MODEL substitution then applies as usual).
+func (ex *exchange) continuationBody(form resumeMode) {
 	r := ex.resume
 	b := append(r.cont[:0], r.body[:r.msgEnd]...)
 	b = append(b, `,{"role":"assistant","content":`...)
 	b = appendJSONStr(b, b2s(r.tr.Prefill()))
-	if ex.family == stream.Chat && t.resume == resumePrefix {
+	if form == resumePrefix {
 		b = append(b, `,"prefix":true`...)
 	}
 	b = append(b, '}')
-	if ex.family == stream.Chat && t.resume == resumeContinue {
+	if form == resumeInstruct {
+		b = append(b, `,{"role":"user","content":`...)
+		b = append(b, ex.srv.instruction...)
+		b = append(b, '}')
+	}
+	if form == resumeContinue {
 		b = append(b, r.body[r.msgEnd:r.objEnd]...)
 		b = append(b, `,"continue_final_message":true,"add_generation_prompt":false`...)
 		b = append(b, r.body[r.objEnd:]...)
@@ -328,6 +385,81 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 		}
 	}
 	return nil
+}
+
+// prefillRefusals are the models a target refused a prefill for (README, Resume a cut stream):
+// learnt by auto's resumes, and kept for the life of the process, at most maxPrefillRefusals
+// of them (a model is the client's to name: past that many, auto asks for a prefill first
+// again). Part of the Target; safe for concurrent use.
+type prefillRefusals struct {
+	mu     sync.Mutex
+	models map[string]struct{}
+}
+
+const maxPrefillRefusals = 64
+
+// has reports whether the model was refused a prefill.
+func (p *prefillRefusals) has(model []byte) bool {
+	p.mu.Lock()
+	_, ok := p.models[string(model)]
+	p.mu.Unlock()
+	return ok
+}
+
+// add remembers that the model was refused a prefill; it reports whether that is news.
+func (p *prefillRefusals) add(model []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.models[string(model)]; ok || len(p.models) >= maxPrefillRefusals {
+		return false
+	}
+	if p.models == nil {
+		p.models = make(map[string]struct{})
+	}
+	p.models[string(model)] = struct{}{}
+	return true
+}
+
+// list returns the models, sorted.
+func (p *prefillRefusals) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.models) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(p.models))
+	for m := range p.models {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prefillRefused remembers that attempt a's target refused a prefill for the model it sends,
+// and says so the first time (resume_prefill_refused).
+func (ex *exchange) prefillRefused(a *attempt) {
+	m := ex.sentModel(a.t)
+	if a.t.prefillRefused.add(m) {
+		ex.event(slog.LevelInfo, "resume_prefill_refused", a, slog.String("model", logText(m[:min(len(m), 128)])))
+	}
+}
+
+// instructAgain says whether a resume whose prefill was refused may ask the same target again
+// by instruction at once, as classify.Resume says for any resume: that retry is part of the
+// same resume (FAILOVER_RESUME_MAX counts it there), but it is one more attempt, within
+// FAILOVER_MAX_ELAPSED and the retry budget, and never after the client left or while the
+// sidecar shuts down.
+func (ex *exchange) instructAgain() classify.ResumeReason {
+	s := ex.srv
+	now := ex.policyNow()
+	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: true, ClientGone: ex.gone || ex.clientGone(), Cut: s.closing.Load(),
+		ResumesLeft: true, Candidate: true, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
+	why := classify.Resume(in)
+	if why == classify.ResumeOK && !s.retries.Withdraw(now) {
+		in.RetryBudgetOK = false
+		why = classify.Resume(in)
+	}
+	return why
 }
 
 // forwardResumable is forward for a stream that may be resumed (resumption.reading): the whole events go through
@@ -393,11 +525,13 @@ const (
 
 // tryResume continues the stream on another target when the upstream body's end with err is
 // an interruption, and classify.Resume allows it. The interrupted attempt ends here, and one
-// attempt is made on the candidate (resumeCandidate) with the continuation body, through the
-// gate like any attempt. When it commits with text, its events are spliced into the client's
-// stream after an SSE comment naming it. When it does not, nothing of it reaches the client,
-// which gets the original interruption's error event (the shutdown's, when the shutdown timeout
-// cut the attempt); clientLeft reports a failed write then.
+// attempt is made on the candidate (resumeCandidate) with the continuation body in the form it
+// takes (resumeForm), through the gate like any attempt; in the auto form, a prefill the
+// target refuses is asked again at once by instruction, when instructAgain allows it. When
+// the attempt commits with text, its events are spliced into the client's stream after an SSE
+// comment naming it. When it does not, nothing of it reaches the client, which gets the
+// original interruption's error event (the shutdown's, when the shutdown timeout cut the
+// attempt); clientLeft reports a failed write then.
 func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft bool) {
 	r, ex := p.res, p.ex
 	s := ex.srv
@@ -431,29 +565,50 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	if rec := ex.ledger.last(); rec != nil {
 		rec.phase = PhaseResumed
 	}
-	delivered, seam := len(r.tr.Text()), len(r.tr.Prefill())
+	delivered := len(r.tr.Text())
 	r.resumes++
 	p.release() // the start of an event the upstream was cut inside never goes out
 	ex.reusable = false
 	ex.closeConn()
-	ex.continuationBody(next)
-	ex.budget.Begin(ex.policyNow(), next.Index)
+	form := ex.resumeForm(next)
 	a := &ex.cur
-	*a = attempt{t: next, n: ex.ledger.n + 1}
-	ex.do(a)
-	o := classify.Outcome{
-		Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
-		Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-		ClientGone: ex.gone, Resume: true,
+	var o classify.Outcome
+	var v classify.Verdict
+	for {
+		ex.continuationBody(form)
+		ex.budget.Begin(ex.policyNow(), next.Index)
+		*a = attempt{t: next, n: ex.ledger.n + 1}
+		ex.do(a)
+		o = classify.Outcome{
+			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
+			Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == resumeAuto && form == resumePrefill,
+		}
+		v = s.policy.Decide(&o)
+		if v.Reason != classify.ReasonPrefillRefused || a.cut {
+			break
+		}
+		// The target refused the prefill: it is asked again by instruction, as part of the
+		// same resume. The refusal says nothing of its health, and a probe it was handed out
+		// as stays held for the attempt that follows.
+		ex.tick()
+		ex.prefillRefused(a)
+		if why := ex.instructAgain(); why != classify.ResumeOK {
+			v = classify.PrefillRetryStopped(v, why)
+			p.notResumed(why, ex.policyNow())
+			break
+		}
+		ex.record(a, v)
+		ex.closeConn()
+		form = resumeInstruct
 	}
-	v := s.policy.Decide(&o)
 	held, whole := ex.gate.Held(), 0
 	var n int
 	var errEvent []byte
 	ok := v.Action == classify.ActionCommit && a.sse && !a.cut
 	if ok {
 		whole = ex.gate.HeldWhole()
-		r.tr.Splice()
+		r.tr.Splice(form == resumeInstruct)
 		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
 		ok = r.tr.Continues()
 	}
@@ -493,7 +648,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	ex.applyHealth(a, v)
 	ex.record(a, v)
 	if rec := ex.ledger.last(); rec != nil {
-		rec.phase, rec.cont, rec.delivered, rec.seam = PhaseResumed, true, delivered, seam
+		rec.phase, rec.cont, rec.delivered = PhaseResumed, true, delivered
 	}
 	// The original interruption is over; the continuation's own, if it came with its first
 	// events, is the next one.
@@ -504,7 +659,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	p.a, p.cont, p.attemptEnded, p.interrupted = a, true, false, false
 	ex.outcome = OutcomeOKAfterFailover
 	ex.event(slog.LevelInfo, "stream_resumed", a, slog.String("from", from.Name),
-		slog.Int("delivered_bytes", delivered), slog.Int("seam", seam))
+		slog.Int("delivered_bytes", delivered), slog.String("form", resumeModeNames[form]))
 	r.comment = append(append(append(r.comment[:0], ": failover resumed on "...), next.Name...), "\n\n"...)
 	if err := p.send(w, nil, false, r.comment, r.out); err != nil {
 		return resumeEnded, true

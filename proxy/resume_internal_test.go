@@ -13,6 +13,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/stream"
 )
 
 // FAILOVER_RESUME, FAILOVER_RESUME_MAX and FAILOVER_TARGET_<i>_RESUME (README, Configuration
@@ -59,12 +60,33 @@ func TestLoadResume(t *testing.T) {
 		t.Errorf("-check does not say that FAILOVER_RESUME_MAX=0 resumes nothing:\n%s", d)
 	}
 
-	_, err = Load(append(base, "FAILOVER_RESUME=yes", "FAILOVER_RESUME_MAX=-1", "FAILOVER_TARGET_1_RESUME=assistant", "FAILOVER_RESUME_MAXIMUM=2"), true)
+	c, err = Load(append(base, "FAILOVER_RESUME=on", "FAILOVER_TARGET_0_RESUME=Instruct", "FAILOVER_TARGET_1_RESUME=AUTO",
+		"FAILOVER_RESUME_INSTRUCTION=Go on."), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Targets[0].Resume != "instruct" || c.Targets[1].Resume != "auto" || c.Resume.instruction() != "Go on." {
+		t.Fatalf("targets %q %q, instruction %q", c.Targets[0].Resume, c.Targets[1].Resume, c.Resume.instruction())
+	}
+	if d := c.Describe(); !strings.Contains(d, `FAILOVER_RESUME_INSTRUCTION="Go on."`) || !strings.Contains(d, "resume=auto\n") {
+		t.Errorf("-check:\n%s", d)
+	}
+	if c, _ = Load(base, true); c.Resume.instruction() != DefaultResumeInstruction {
+		t.Errorf("the default instruction: %q", c.Resume.instruction())
+	}
+	if _, err = Load(append(base, "FAILOVER_RESUME_INSTRUCTION="+strings.Repeat("x", 5000)), true); err == nil ||
+		!strings.Contains(err.Error(), "FAILOVER_RESUME_INSTRUCTION: must be at most 4096 bytes, is 5000") {
+		t.Errorf("a long instruction: %v", err)
+	}
+
+	_, err = Load(append(base, "FAILOVER_RESUME=yes", "FAILOVER_RESUME_MAX=-1", "FAILOVER_TARGET_1_RESUME=assistant", "FAILOVER_RESUME_MAXIMUM=2",
+		"FAILOVER_RESUME_INSTRUCTION= \t"), true)
 	if err == nil {
 		t.Fatal("bad values accepted")
 	}
 	for _, want := range []string{`FAILOVER_RESUME="yes": must be on or off`, `FAILOVER_RESUME_MAX="-1": must be >= 0`,
-		`FAILOVER_TARGET_1_RESUME="assistant": must be prefill, prefix, continue, or empty`, "FAILOVER_RESUME_MAXIMUM: unknown variable (did you mean FAILOVER_RESUME_MAX?)"} {
+		`FAILOVER_RESUME_INSTRUCTION=" \t": must not be blank`,
+		`FAILOVER_TARGET_1_RESUME="assistant": must be prefill, prefix, continue, instruct, auto, or empty`, "FAILOVER_RESUME_MAXIMUM: unknown variable (did you mean FAILOVER_RESUME_MAX?)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("message lacks %q:\n%v", want, err)
 		}
@@ -84,17 +106,17 @@ func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
 	}
 }
 
-// A continuation's ledger entry carries delivered_bytes and seam, in both renderings; no other
-// entry does.
+// A continuation's ledger entry carries delivered_bytes and seam (what the seam took off, in
+// bytes: never text), in both renderings; no other entry does.
 func TestLedgerRendersAContinuation(t *testing.T) {
 	var l Ledger
 	l.add(attemptRecord{target: "a", status: 200, phase: PhaseResumed, class: classify.ClassInterrupted, duration: time.Millisecond})
-	l.add(attemptRecord{target: "b", status: 200, phase: PhaseResumed, duration: 2 * time.Millisecond, cont: true, delivered: 14, seam: 13})
+	l.add(attemptRecord{target: "b", status: 200, phase: PhaseResumed, duration: 2 * time.Millisecond, cont: true, delivered: 14, seam: stream.Seam{Kind: stream.SeamOverlap, Bytes: 9}})
 	j := string(l.AppendJSON(nil))
-	if strings.Count(j, "delivered_bytes") != 1 || !strings.Contains(j, `"phase":"resumed","action":"commit","reason":"ok","duration_ms":2,"delivered_bytes":14,"seam":13}`) {
+	if strings.Count(j, "delivered_bytes") != 1 || !strings.Contains(j, `"phase":"resumed","action":"commit","reason":"ok","duration_ms":2,"delivered_bytes":14,"seam":"overlap:9"}`) {
 		t.Fatalf("JSON: %s", j)
 	}
-	if txt := string(l.AppendText(nil)); txt != "1:a 200 interrupted resumed commit 1ms | 2:b 200 ok resumed commit 2ms delivered=14 seam=13" {
+	if txt := string(l.AppendText(nil)); txt != "1:a 200 interrupted resumed commit 1ms | 2:b 200 ok resumed commit 2ms delivered=14 seam=overlap:9" {
 		t.Fatalf("text: %s", txt)
 	}
 }

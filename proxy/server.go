@@ -70,6 +70,7 @@ type Server struct {
 	retries  *budget.RetryBudget
 
 	inboundToken []byte
+	instruction  []byte // FAILOVER_RESUME_INSTRUCTION as a JSON string (resume.go)
 	maxRequest   int
 	maxResponse  int
 	peek         int
@@ -150,6 +151,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.metrics = newServerMetrics(s.targets, s.clock, opts.Build)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
+	s.instruction = appendJSONStr(nil, cfg.Resume.instruction())
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
 	s.maxResponse = int(cfg.Server.MaxResponseBytes)
 	s.peek = int(cfg.Server.PeekBytes)

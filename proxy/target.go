@@ -15,8 +15,8 @@ import (
 )
 
 // Target is one upstream as the request path uses it: everything precomputed at start so an
-// attempt only copies bytes. Immutable after New, except health, latency and the pool, which
-// are safe for concurrent use.
+// attempt only copies bytes. Immutable after New, except health, latency, the pool and the
+// models it refused a prefill for, which are safe for concurrent use.
 type Target struct {
 	Index int
 	Name  string
@@ -41,6 +41,8 @@ type Target struct {
 	weight  int
 	retries int
 	resume  resumeMode // how it continues a cut stream (README, Resume a cut stream)
+	// prefillRefused are the models it refused a prefill for, which auto asks by instruction.
+	prefillRefused prefillRefusals
 
 	health  *budget.Health
 	pool    *pool

@@ -51,6 +51,10 @@ type TargetState struct {
 	// RateLimit is what the target's last answer that reported quota said, by quota
 	// (requests, tokens, input_tokens, output_tokens); absent before any.
 	RateLimit map[string]QuotaState `json:"ratelimit,omitempty"`
+	// PrefillRefused lists the models the target refused a prefill for since start, which
+	// resumes in the auto form ask by instruction (README, Resume a cut stream); absent
+	// before any.
+	PrefillRefused []string `json:"prefill_refused,omitempty"`
 }
 
 // QuotaState is one quota as an answer reported it.
@@ -98,6 +102,7 @@ func (s *Server) targetTable() TargetTable {
 			}
 			ts.RateLimit[q.String()] = qs
 		}
+		ts.PrefillRefused = t.prefillRefused.list()
 		table.Targets = append(table.Targets, ts)
 	}
 	return table

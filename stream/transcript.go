@@ -60,6 +60,20 @@ type Transcript struct {
 	seamBuf   []byte
 	data      []byte   // a rewritten event's data
 	num       [20]byte // a block index being written
+
+	// The seam of a continuation asked by instruction (Splice): its first events are held back
+	// whole (held, their text in lead) until its text shows whether it starts with a repeat of
+	// the delivered text's end (repeatAt), which is then dropped: drop runes before the
+	// whitespace of seam. cut is the end of the delivered text the continuation goes on from.
+	instructed bool
+	holding    bool
+	settled    bool
+	cut        int
+	held       []byte
+	lead       []byte
+	drop       int
+	seamOut    Seam // what the seam took off
+	replay     Framer
 }
 
 // Reset readies t for a committed stream of family f; only Chat and Messages can be resumable.
@@ -71,6 +85,8 @@ func (t *Transcript) Reset(f Family) {
 	t.blocks, t.lastText, t.open = 0, -1, false
 	t.spliced, t.offset, t.dropStart, t.started, t.textFirst = false, 0, false, false, false
 	t.seam = nil
+	t.instructed, t.holding, t.settled, t.cut, t.drop, t.seamOut = false, false, false, 0, 0, Seam{}
+	t.held, t.lead = t.held[:0], t.lead[:0]
 }
 
 // Shed lets go of buffers grown past limit bytes (a long answer's text, a large event).
@@ -83,6 +99,9 @@ func (t *Transcript) Shed(limit int) {
 	}
 	if cap(t.fr.data) > limit {
 		t.fr.data = nil
+	}
+	if cap(t.held) > limit {
+		t.held, t.lead = nil, nil
 	}
 }
 
@@ -117,22 +136,35 @@ func (t *Transcript) Text() []byte { return t.text }
 func (t *Transcript) Prefill() []byte { return bytes.TrimRightFunc(t.text, unicode.IsSpace) }
 
 // Splice readies t for a continuation's events: the next Rewrite reads a new stream (from
-// its first byte), and the seam is the whitespace Prefill left out.
-func (t *Transcript) Splice() {
+// its first byte), and the seam is the whitespace Prefill left out. instructed: the
+// continuation was asked by instruction, and the start of its text is held back until it shows
+// whether it repeats the end of the delivered text, which is then dropped (README, Resume a cut
+// stream, The seam); a continuation of a prefill goes on from the delivered text itself, and
+// only the whitespace is handled.
+func (t *Transcript) Splice(instructed bool) {
 	t.fr.Reset(maxTranscriptEvent)
 	t.spliced, t.started, t.textFirst = true, false, false
-	t.seamBuf = append(t.seamBuf[:0], t.text[len(t.Prefill()):]...)
+	t.cut = len(t.Prefill())
+	t.seamBuf = append(t.seamBuf[:0], t.text[t.cut:]...)
 	t.seam = t.seamBuf
 	t.offset, t.dropStart = t.blocks, false
 	if t.open {
 		t.offset, t.dropStart = t.lastText, true
 	}
+	t.instructed, t.holding, t.settled, t.drop, t.seamOut = instructed, instructed, false, 0, Seam{}
+	t.held, t.lead = t.held[:0], t.lead[:0]
 }
 
 // Continues reports whether the continuation's first content was text: the only kind of
 // continuation that may reach the client (a continuation whose first content is a tool call,
-// reasoning, or an end without text, is a failed one).
-func (t *Transcript) Continues() bool { return t.spliced && t.textFirst }
+// reasoning, or an end without text, is a failed one). Text held back for the seam counts.
+func (t *Transcript) Continues() bool {
+	return t.spliced && (t.textFirst || t.holding && len(t.lead) > 0)
+}
+
+// Seam returns what the continuation's seam took off its text so far (none while it is held
+// back): for the request record.
+func (t *Transcript) Seam() Seam { return t.seamOut }
 
 // Rewrite appends to dst the continuation's whole events in p as the client must get them,
 // and records them as delivered (Feed). Chat: opening chunks (before any content) are
@@ -141,6 +173,14 @@ func (t *Transcript) Continues() bool { return t.spliced && t.textFirst }
 // goes on in the client's open block, and block indexes are moved to the client's. In both,
 // the seam's whitespace is taken off the start of the continuation's text. Everything else in
 // an event's data stays byte for byte; events are written with LF line ends.
+//
+// A continuation asked by instruction (Splice) has its first events held back, and read, until
+// its text shows whether it starts with a repeat of the end of the delivered text (the
+// longest, of at least 3 words or 16 bytes, or the whole delivered text; or the unfinished last
+// word written again whole), which is then dropped with the whitespace around it. Any event but
+// text or an opening one (a finish, a tool call, an error event, the end of a block) lets them
+// go first. Held events are not yet delivered: a stream cut while they are held goes on from
+// the text before them.
 //
 // It returns the bytes of p read: all of p; or up to the first error event, which it returns
 // too; or, with errEvent nil, up to an event too large to read, which cannot be spliced.
@@ -161,22 +201,166 @@ func (t *Transcript) read(dst, p []byte, rewrite bool) (out []byte, n int, errEv
 		ev := t.fr.Event()
 		end := skipLineEnds(p, off)
 		if isErrorEvent(t.family, ev, tailType(t.family, ev)) {
-			return dst, start, p[start:end]
+			return t.release(dst), start, p[start:end]
 		}
 		switch {
 		case !rewrite:
 			t.note(ev.Name, ev.Data, ev.DataLen)
 		case ev.DataLen > len(ev.Data):
 			t.eligible = false
-			return dst, start, nil
-		case t.family == Chat:
-			dst = t.rewriteChat(dst, ev)
+			return t.release(dst), start, nil
+		case t.holding && t.hold(ev):
+			if t.settle(false) {
+				dst = t.release(dst)
+			}
 		default:
-			dst = t.rewriteMessages(dst, ev)
+			dst = t.rewrite(t.release(dst), ev)
 		}
 		start = end
 	}
 	return dst, len(p), nil
+}
+
+// rewrite appends a continuation's event as the client gets it.
+func (t *Transcript) rewrite(dst []byte, ev Event) []byte {
+	if t.family == Chat {
+		return t.rewriteChat(dst, ev)
+	}
+	return t.rewriteMessages(dst, ev)
+}
+
+// hold keeps back an event of a continuation whose seam is not decided yet, and its text,
+// when it is an opening event or one of text alone: a chat chunk of a single choice that
+// carries nothing but content, a Messages ping, message_start, the start of a text block, a
+// text_delta. It reports false for any other event, which decides the seam.
+func (t *Transcript) hold(ev Event) bool {
+	data := trimSpace(ev.Data)
+	if len(data) == 0 {
+		return true // a comment or an empty event: the client gets none
+	}
+	v, err := t.parser.ParseBytes(data)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return false
+	}
+	var text []byte
+	if t.family == Chat {
+		var ok bool
+		if text, ok = textChunk(v); !ok {
+			return false
+		}
+	} else {
+		typ := v.GetStringBytes("type")
+		if typ == nil {
+			typ = ev.Name
+		}
+		switch string(typ) {
+		case "ping", "message_start":
+		case "content_block_start":
+			if string(v.GetStringBytes("content_block", "type")) != "text" {
+				return false
+			}
+			text = v.GetStringBytes("content_block", "text")
+		case "content_block_delta":
+			if string(v.GetStringBytes("delta", "type")) != "text_delta" {
+				return false
+			}
+			text = v.GetStringBytes("delta", "text")
+		default:
+			return false
+		}
+	}
+	t.held = appendEvent(t.held, ev.Name, data)
+	t.lead = append(t.lead, text...)
+	return true
+}
+
+// textChunk returns the text of a chat chunk that carries text alone, or nothing: no usage, at
+// most one choice, index 0, without a finish_reason or logprobs, whose delta has no field of
+// content but content (and role). ok is false for any other chunk.
+func textChunk(v *fastjson.Value) (text []byte, ok bool) {
+	if !isEmpty(v.Get("usage")) {
+		return nil, false
+	}
+	choices := v.Get("choices")
+	if choices == nil {
+		return nil, false
+	}
+	arr, err := choices.Array()
+	if err != nil || len(arr) > 1 {
+		return nil, false
+	}
+	for _, c := range arr {
+		if c.Type() != fastjson.TypeObject || c.GetInt("index") != 0 || !isEmpty(c.Get("finish_reason")) || !isEmpty(c.Get("logprobs")) {
+			return nil, false
+		}
+		d := c.Get("delta")
+		if d == nil {
+			continue
+		}
+		o, err := d.Object()
+		if err != nil {
+			return nil, false
+		}
+		ok = true
+		o.Visit(func(k []byte, fv *fastjson.Value) {
+			switch {
+			case string(k) == "content":
+				switch fv.Type() {
+				case fastjson.TypeString:
+					text = fv.GetStringBytes()
+				case fastjson.TypeNull:
+				default:
+					ok = false
+				}
+			case isChatContentField(k) && !isEmpty(fv):
+				ok = false
+			}
+		})
+		if !ok {
+			return nil, false
+		}
+	}
+	return text, true
+}
+
+// settle decides the seam from the text held back, when it can (final: no more comes):
+// the runes of the repeat to drop from the continuation's start, and what the seam took off.
+func (t *Transcript) settle(final bool) bool {
+	if t.settled {
+		return true
+	}
+	n, kind, ok := repeatAt(t.text[:t.cut], t.lead, len(t.seam) == 0, final)
+	if !ok {
+		return false
+	}
+	t.settled = true
+	t.drop = utf8.RuneCount(t.lead[:n])
+	if kind != SeamNone {
+		t.seamOut = Seam{Kind: kind, Bytes: n}
+	}
+	return true
+}
+
+// release lets go of the events held back for the seam, decided on the text they carry, and
+// appends them to dst as the client gets them.
+func (t *Transcript) release(dst []byte) []byte {
+	if !t.holding {
+		return dst
+	}
+	t.settle(true)
+	t.holding = false
+	t.replay.Reset(maxTranscriptEvent)
+	held := t.held
+	for off := 0; off < len(held); {
+		k, ok := t.replay.Next(held[off:])
+		off += k
+		if !ok {
+			break
+		}
+		dst = t.rewrite(dst, t.replay.Event())
+	}
+	t.held = held[:0]
+	return dst
 }
 
 // note records one event the client gets.
@@ -333,7 +517,7 @@ func (t *Transcript) rewriteChat(dst []byte, ev Event) []byte {
 		edits[n] = edit{i + 1, i + 1, with}
 		n++
 	}
-	if len(t.seam) > 0 && content != nil && content.Type() == fastjson.TypeString {
+	if t.seaming() && content != nil && content.Type() == fastjson.TypeString {
 		if vs, ve := pathSpan(data, "choices", "", "delta", "content"); vs >= 0 {
 			edits[n] = edit{vs, ve, t.dropSeam(data[vs:ve])}
 			n++
@@ -406,8 +590,15 @@ func (t *Transcript) rewriteMessages(dst []byte, ev Event) []byte {
 			edits[n] = edit{vs, ve, strconv.AppendInt(t.num[:0], int64(k+t.offset), 10)}
 			n++
 		}
-		if len(t.seam) > 0 && string(typ) == "content_block_delta" && string(v.GetStringBytes("delta", "type")) == "text_delta" {
+		switch {
+		case !t.seaming():
+		case string(typ) == "content_block_delta" && string(v.GetStringBytes("delta", "type")) == "text_delta":
 			if vs, ve := pathSpan(data, "delta", "text"); vs >= 0 && data[vs] == '"' {
+				edits[n] = edit{vs, ve, t.dropSeam(data[vs:ve])}
+				n++
+			}
+		case string(typ) == "content_block_start" && string(v.GetStringBytes("content_block", "type")) == "text":
+			if vs, ve := pathSpan(data, "content_block", "text"); vs >= 0 && data[vs] == '"' && ve-vs > 2 {
 				edits[n] = edit{vs, ve, t.dropSeam(data[vs:ve])}
 				n++
 			}
@@ -489,17 +680,27 @@ func appendEvent(dst, name, data []byte) []byte {
 	return append(dst, '\n')
 }
 
+// seaming reports whether the start of the continuation's text still has runes to lose to the
+// seam.
+func (t *Transcript) seaming() bool { return len(t.seam) > 0 || t.drop > 0 }
+
 // dropSeam returns lit, a JSON string literal of the continuation's text, without the runes at
-// its start that go on with the seam (the whitespace Prefill left out, which the client has),
-// and takes them off the seam. The seam is done at the first rune that does not match; when lit
-// ends first, the next text goes on with what is left of it.
+// its start that go on with the seam: first those of a repeat (drop), then those that match the
+// whitespace Prefill left out, which the client has, and takes them off the seam. The seam is
+// done at the first rune that does not match; when lit ends first, the next text goes on with
+// what is left of it.
 func (t *Transcript) dropSeam(lit []byte) []byte {
 	if len(lit) < 2 || lit[0] != '"' {
-		t.seam = nil
+		t.seam, t.drop = nil, 0
 		return lit
 	}
 	i := 1
-	for len(t.seam) > 0 && i < len(lit)-1 {
+	for t.drop > 0 && i < len(lit)-1 {
+		_, n := jsonRune(lit, i)
+		i += n
+		t.drop--
+	}
+	for t.drop == 0 && len(t.seam) > 0 && i < len(lit)-1 {
 		r, n := jsonRune(lit, i)
 		s, sn := utf8.DecodeRune(t.seam)
 		if r != s {
@@ -508,6 +709,10 @@ func (t *Transcript) dropSeam(lit []byte) []byte {
 		}
 		i += n
 		t.seam = t.seam[sn:]
+		if t.seamOut.Kind == SeamNone {
+			t.seamOut.Kind = SeamSpace
+		}
+		t.seamOut.Bytes += sn
 	}
 	if i == 1 {
 		return lit

@@ -167,7 +167,7 @@ func splice(t *testing.T, f Family, delivered []string, continuation ...string) 
 	if !tr.Resumable() {
 		t.Fatalf("the delivered stream is not resumable (text %q)", tr.Text())
 	}
-	tr.Splice()
+	tr.Splice(false)
 	var out []byte
 	for _, e := range continuation {
 		var n int
@@ -323,7 +323,7 @@ func TestTranscriptContinues(t *testing.T) {
 				delivered = []string{msgBlockStart(0, msgTextBlock), msgText(0, "Hi ")}
 			}
 			tr := fed(tc.family, delivered...)
-			tr.Splice()
+			tr.Splice(false)
 			var out []byte
 			for _, e := range tc.events {
 				out, _, _ = tr.Rewrite(out, []byte(e))
@@ -339,7 +339,7 @@ func TestTranscriptContinues(t *testing.T) {
 // rewritten, and the continuation can itself be resumed.
 func TestTranscriptRewriteStopsAtAnErrorEvent(t *testing.T) {
 	tr := fed(Chat, chatText("chatcmpl-a", "One "))
-	tr.Splice()
+	tr.Splice(false)
 	errEvent := `data: {"error":{"message":"overloaded","type":"server_error"}}` + "\n\n"
 	p := chatText("chatcmpl-b", " two") + errEvent + doneEvent
 	out, n, got := tr.Rewrite(nil, []byte(p))
@@ -349,7 +349,7 @@ func TestTranscriptRewriteStopsAtAnErrorEvent(t *testing.T) {
 	if !tr.Resumable() || string(tr.Prefill()) != "One two" {
 		t.Fatalf("resumable %v prefill %q", tr.Resumable(), tr.Prefill())
 	}
-	tr.Splice()
+	tr.Splice(false)
 	out, _, _ = tr.Rewrite(nil, []byte(chatText("chatcmpl-c", " three")+doneEvent))
 	if string(out) != chatText("chatcmpl-a", " three")+doneEvent || string(tr.Text()) != "One two three" {
 		t.Fatalf("second continuation: %q, text %q", out, tr.Text())
@@ -389,13 +389,16 @@ func eventEnds(in []byte) []int {
 // FuzzTranscript checks that a Transcript never panics; that Feed's answer does not depend on
 // how the whole events are grouped into reads; that what Feed lets through and the error
 // event it holds back are the bytes of the input; that Prefill is a prefix of Text, within the
-// limit; and that what Rewrite writes for a continuation is whole events.
+// limit; and that what Rewrite writes for a continuation, asked as a prefill or by instruction,
+// is whole events, after which the delivered text is still the start of the client's.
 func FuzzTranscript(f *testing.F) {
-	f.Add(false, []byte(chatRoleA+chatText("chatcmpl-a", "Hello ")+`data: {"error":{"message":"x"}}`+"\n\n"), []byte(chatRoleA+chatText("chatcmpl-b", " world")+chatFinish+doneEvent))
-	f.Add(true, []byte(msgStart("msg_a")+msgBlockStart(0, msgTextBlock)+msgText(0, "Hi\n")), []byte(msgStart("msg_b")+msgBlockStart(0, msgTextBlock)+msgPing+msgText(0, "\\u000ax")+msgStop(0)+msgDelta+msgStopEvent))
-	f.Add(true, []byte(msgBlockStart(0, msgTextBlock)+msgText(0, "a")+msgStop(0)), []byte(msgBlockStart(0, `{"type":"text","text":" b"}`)+msgBlockStart(1, `{"type":"tool_use"}`)))
-	f.Add(false, []byte(chatText("chatcmpl-a", "x \u3000")), []byte("data: {\"id\":1,\"choices\":[{\"delta\":{\"content\":\"\\u3000\\ud83d\\ude00\"}}]}\r\n\r\n"))
-	f.Fuzz(func(t *testing.T, messages bool, delivered, continuation []byte) {
+	f.Add(false, false, []byte(chatRoleA+chatText("chatcmpl-a", "Hello ")+`data: {"error":{"message":"x"}}`+"\n\n"), []byte(chatRoleA+chatText("chatcmpl-b", " world")+chatFinish+doneEvent))
+	f.Add(true, false, []byte(msgStart("msg_a")+msgBlockStart(0, msgTextBlock)+msgText(0, "Hi\n")), []byte(msgStart("msg_b")+msgBlockStart(0, msgTextBlock)+msgPing+msgText(0, "\\u000ax")+msgStop(0)+msgDelta+msgStopEvent))
+	f.Add(true, false, []byte(msgBlockStart(0, msgTextBlock)+msgText(0, "a")+msgStop(0)), []byte(msgBlockStart(0, `{"type":"text","text":" b"}`)+msgBlockStart(1, `{"type":"tool_use"}`)))
+	f.Add(false, false, []byte(chatText("chatcmpl-a", "x \u3000")), []byte("data: {\"id\":1,\"choices\":[{\"delta\":{\"content\":\"\\u3000\\ud83d\\ude00\"}}]}\r\n\r\n"))
+	f.Add(false, true, []byte(chatText("chatcmpl-a", "Once upon a ti")), []byte(chatText("chatcmpl-b", "upon a ")+chatText("chatcmpl-b", "time")+chatFinish+doneEvent))
+	f.Add(true, true, []byte(msgBlockStart(0, msgTextBlock)+msgText(0, "Once upon a ti")), []byte(msgStart("msg_b")+msgBlockStart(0, msgTextBlock)+msgText(0, "ti")+msgPing+msgText(0, "me")+msgStop(0)))
+	f.Fuzz(func(t *testing.T, messages, instructed bool, delivered, continuation []byte) {
 		family := Chat
 		if messages {
 			family = Messages
@@ -422,7 +425,8 @@ func FuzzTranscript(f *testing.F) {
 		if len(text) > MaxTranscriptText || !strings.HasPrefix(string(text), string(prefill)) {
 			t.Fatalf("text %q, prefill %q", text, prefill)
 		}
-		whole.Splice()
+		prefill = append([]byte(nil), prefill...)
+		whole.Splice(instructed)
 		out, m, _ := whole.Rewrite(nil, continuation)
 		if m > len(continuation) {
 			t.Fatalf("Rewrite read %d of %d bytes", m, len(continuation))
@@ -434,6 +438,9 @@ func FuzzTranscript(f *testing.F) {
 		}
 		if ends := eventEnds(out); len(out) > 0 && (len(ends) == 0 || ends[len(ends)-1] != len(out)) {
 			t.Fatalf("Rewrite's output does not end between events: %q", out)
+		}
+		if !strings.HasPrefix(string(whole.Text()), string(prefill)) {
+			t.Fatalf("the client's text %q does not start with the delivered %q", whole.Text(), prefill)
 		}
 	})
 }
@@ -504,7 +511,7 @@ func BenchmarkTranscriptRewrite(b *testing.B) {
 			var t Transcript
 			t.Reset(bc.family)
 			t.Feed([]byte(bc.delivered))
-			t.Splice()
+			t.Splice(false)
 			p := []byte(bc.event)
 			var out []byte
 			b.ReportAllocs()
@@ -540,7 +547,7 @@ func TestZeroAllocsTranscript(t *testing.T) {
 			tr.text = tr.text[:0]
 			tr.Feed(delivered)
 		})
-		tr.Splice()
+		tr.Splice(false)
 		out := make([]byte, 0, 1024)
 		rewrite := testing.AllocsPerRun(100, func() {
 			tr.text = tr.text[:0]

@@ -50,9 +50,14 @@ type scenario struct {
 	// quota, when set, sends requests until the first target has answered once (its answer
 	// reports a quota spent) before the request the row shows (see playQuota).
 	quota bool
-	// resume, when set, turns FAILOVER_RESUME on with every target resumable by prefill, when
-	// the environment does not turn it on with a target marked (README, Resume a cut stream).
-	resume bool
+	// resume, when set, turns FAILOVER_RESUME on with every target resumable by prefill (by
+	// resumeForm, when set), when the environment does not turn it on with a target marked
+	// (README, Resume a cut stream).
+	resume     bool
+	resumeForm string
+	// respond, when set and not nil for the target at position i of n, chooses its every
+	// answer from the request, instead of script.
+	respond func(i, n int) func(*pt.Request) pt.Step
 }
 
 // result is what happened in one scenario.
@@ -172,6 +177,38 @@ func scenarios() []*scenario {
 					return r.resumedCheck("The answer is forty-two.")
 				}
 				return r.noReplayCheck("is forty") // the policy does not resume: it ends as any cut stream
+			}},
+		{name: "cut stream resumed by instruction", path: chatPath, body: streamBody, stream: true, resume: true, resumeForm: "auto",
+			script: func(i, n int) []pt.Step {
+				s := pt.SSE(pt.Events(5*time.Millisecond, pt.ChatRole, pt.ChatDelta("The answer "), pt.ChatDelta("is forty"))...)
+				s.Fault = pt.FaultTruncate
+				return []pt.Step{s}
+			},
+			// The other targets serve a model that refuses a prefill (Claude 4.6 and later):
+			// Anthropic's 400 for a prefill, and for an instruction a continuation that starts
+			// by repeating the last words it was given.
+			respond: func(i, n int) func(*pt.Request) pt.Step {
+				if i == 0 {
+					return nil
+				}
+				return pt.RefusesPrefill(func(*pt.Request) pt.Step {
+					s := pt.SSE(pt.ChatStream(5*time.Millisecond, "answer is forty-two.")...)
+					for j := range s.Chunks {
+						s.Chunks[j].Data = strings.ReplaceAll(s.Chunks[j].Data, "chatcmpl-test", fmt.Sprintf("chatcmpl-drill-%d", i))
+					}
+					return s
+				})
+			},
+			check: func(r *result) string {
+				switch {
+				case r.resumed() && r.bodyErr == nil:
+					return r.resumedCheck("The answer is forty-two.")
+				case r.resumed() && bytes.Contains(r.body, []byte("forty-two")):
+					return "a resume that failed reached the client (replay after commit)"
+				case r.resumed():
+					return "" // the policy asks for a prefill only: the resume fails, the client gets the original error
+				}
+				return r.noReplayCheck("is forty")
 			}},
 		{name: "finished stream without [DONE]", path: chatPath, body: streamBody, stream: true,
 			script: func(i, n int) []pt.Step {
@@ -348,6 +385,11 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		}
 		ups[i] = u
 		defer u.Close()
+		if sc.respond != nil {
+			if f := sc.respond(i, len(names)); f != nil {
+				u.Respond(f)
+			}
+		}
 	}
 	cfg := *base
 	cfg.Targets = make([]proxy.TargetConfig, len(names))
@@ -361,11 +403,18 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		cfg.Targets[i] = t
 	}
 	if sc.resume && !(cfg.Resume.On() && resumable) {
-		cfg.Resume = proxy.ResumeConfig{Mode: "on", Max: max(cfg.Resume.Max, 1)}
+		cfg.Resume = proxy.ResumeConfig{Mode: "on", Max: max(cfg.Resume.Max, 1), Instruction: cfg.Resume.Instruction}
+		form := "prefill"
+		if sc.resumeForm != "" {
+			form = sc.resumeForm
+		}
 		for i := range cfg.Targets {
-			cfg.Targets[i].Resume = "prefill"
+			cfg.Targets[i].Resume = form
 		}
 		r.note = " (drill resume)"
+		if form != "prefill" {
+			r.note = " (drill resume " + form + ")"
+		}
 	}
 	if sc.successRule != "" && len(cfg.SuccessRules) == 0 {
 		cfg.SuccessRules = []classify.Rule{{Pattern: regexp.MustCompile(sc.successRule)}}
@@ -608,7 +657,7 @@ func (r *result) checkInvariants(cfg *proxy.Config) {
 	}
 	transfers, committed := 0, false
 	perTarget := map[string]int{}
-	prev := ""
+	prev, instructs := "", false
 	for _, e := range ledger {
 		m, _ := e.(map[string]any)
 		target, _ := m["target"].(string)
@@ -621,10 +670,11 @@ func (r *result) checkInvariants(cfg *proxy.Config) {
 		if prev != "" && target != prev {
 			transfers++
 		}
-		if target == prev {
+		// A resume's instruction after a refused prefill is no retry of FAILOVER_SAME_TARGET_RETRIES.
+		if target == prev && !instructs {
 			perTarget[target]++
 		}
-		prev = target
+		prev, instructs = target, m["reason"] == "prefill_refused"
 	}
 	if cfg.Budget.MaxAttempts > 0 && transfers > cfg.Budget.MaxAttempts {
 		r.problems = append(r.problems, fmt.Sprintf("[budgets respected] %d transfers, FAILOVER_MAX_ATTEMPTS=%d", transfers, cfg.Budget.MaxAttempts))
@@ -761,8 +811,11 @@ func (r *result) describe() string {
 			}
 		}
 		action := m["action"]
-		if m["phase"] == "resumed" && m["class"] == "interrupted" {
+		switch {
+		case m["phase"] == "resumed" && m["class"] == "interrupted":
 			action = "resumed"
+		case m["reason"] == "prefill_refused":
+			action = "instruct" // the same target, asked again by instruction
 		}
 		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, action))
 	}

@@ -1,6 +1,7 @@
 package proxytest
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -148,4 +149,36 @@ func Overloaded() Step {
 // request asked for (a JSON document to a stream request, say).
 func WrongContentType(contentType, body string) Step {
 	return Step{Status: 200, Header: []string{"Content-Type: " + contentType}, Body: body}
+}
+
+// AnthropicPrefillRefusal is Anthropic's answer to a conversation that ends with an assistant
+// message (a prefill) on Claude Opus 4.6, Sonnet 4.6 and later: a 400.
+func AnthropicPrefillRefusal() Step {
+	return JSON(400, `{"type":"error","error":{"type":"invalid_request_error","message":"This model does not support assistant message prefill. `+
+		`The conversation must end with a user message."},"request_id":"req_test"}`)
+}
+
+// RefusesPrefill is a responder (NewResponder, Upstream.Respond) for a model that refuses
+// prefills: a request whose last message is the assistant's gets AnthropicPrefillRefusal, any
+// other answer(request).
+func RefusesPrefill(answer func(*Request) Step) func(*Request) Step {
+	return func(r *Request) Step {
+		if LastRole(r.Body) == "assistant" {
+			return AnthropicPrefillRefusal()
+		}
+		return answer(r)
+	}
+}
+
+// LastRole is the role of the last of a chat or messages request body's messages ("" for none).
+func LastRole(body []byte) string {
+	var req struct {
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return ""
+	}
+	return req.Messages[len(req.Messages)-1].Role
 }

@@ -82,6 +82,23 @@ func TestChatCompletions(t *testing.T) {
 			seen:    []string{"chatcmpl-t0"},
 		},
 		{
+			// README, Resume a cut stream: asked by instruction, the continuation starts over
+			// with the text the app has ("Hello"), which the seam drops.
+			name:    "a cut stream resumed by instruction",
+			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)}, {chatWordsFrom("t1", "Hello", " from", " t1")}},
+			env:     instructEnv,
+			text:    "Hello from t1",
+			seen:    []string{"chatcmpl-t0"},
+		},
+		{
+			// auto: the prefill refused with Anthropic's 400, then asked by instruction.
+			name:    "a cut stream resumed by instruction after a refused prefill",
+			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)}, {pt.AnthropicPrefillRefusal(), chatWordsFrom("t1", " from", " t1")}},
+			env:     autoEnv,
+			text:    "Hello from t1",
+			seen:    []string{"chatcmpl-t0"},
+		},
+		{
 			name: "a resume the target refuses leaves the app the original error",
 			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)},
 				{pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value"))}},

@@ -71,6 +71,13 @@ var baseEnv = []string{
 // resumeEnv turns resume on (README, Resume a cut stream), with FAILOVER_TARGET_1 resumable.
 var resumeEnv = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=prefill"}
 
+// instructEnv and autoEnv make FAILOVER_TARGET_1 resumable by instruction, and by prefill or
+// else instruction (README, Resume a cut stream).
+var (
+	instructEnv = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=instruct"}
+	autoEnv     = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=auto"}
+)
+
 // play runs each conversation with the SDK, in parallel, each through a sidecar of its own.
 func play(t *testing.T, sdk client, conversations []conversation) {
 	for _, c := range conversations {

@@ -73,6 +73,23 @@ func TestMessages(t *testing.T) {
 			text:    "Hello from t1",
 			seen:    []string{"msg_t0"},
 		},
+		{
+			// README, Resume a cut stream: asked by instruction, the continuation starts over
+			// with the text the app has ("Hello"), which the seam drops.
+			name:    "a cut stream resumed by instruction",
+			targets: [][]pt.Step{{cutAfter(messagesStream("t0"), `"text":" from"`)}, {messagesWordsFrom("t1", "Hello", " from", " t1")}},
+			env:     instructEnv,
+			text:    "Hello from t1",
+			seen:    []string{"msg_t0"},
+		},
+		{
+			// auto on Claude 4.6 and later: the prefill refused with a 400, then asked by instruction.
+			name:    "a cut stream resumed by instruction after a refused prefill",
+			targets: [][]pt.Step{{cutAfter(messagesStream("t0"), `"text":" from"`)}, {pt.AnthropicPrefillRefusal(), messagesWordsFrom("t1", " from", " t1")}},
+			env:     autoEnv,
+			text:    "Hello from t1",
+			seen:    []string{"msg_t0"},
+		},
 	})
 }
 
