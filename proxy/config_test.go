@@ -563,7 +563,7 @@ func TestLoadSuggestsEnumeratedValues(t *testing.T) {
 		{"auth without its hyphen", "FAILOVER_TARGET_0_AUTH=apikey", `FAILOVER_TARGET_0_AUTH="apikey": must be one of bearer, x-api-key, api-key, none (did you mean api-key?)`},
 		{"auth with underscores", "FAILOVER_TARGET_0_AUTH=x_api_key", "(did you mean x-api-key?)"},
 		{"auth far from any", "FAILOVER_TARGET_0_AUTH=basic", ""},
-		{"a resume mode misspelt", "FAILOVER_TARGET_0_RESUME=prefil", `FAILOVER_TARGET_0_RESUME="prefil": must be prefill, prefix, continue, or empty (not resumable) (did you mean prefill?)`},
+		{"a resume mode misspelt", "FAILOVER_TARGET_0_RESUME=prefil", `FAILOVER_TARGET_0_RESUME="prefil": must be prefill, prefix, continue, instruct, auto, or empty (not resumable) (did you mean prefill?)`},
 		{"resume as a boolean", "FAILOVER_RESUME=true", `FAILOVER_RESUME="true": must be on or off (did you mean on?)`},
 		{"resume as yes", "FAILOVER_RESUME=yes", "(did you mean on?)"},
 		{"resume as no", "FAILOVER_RESUME=no", "(did you mean off?)"},
