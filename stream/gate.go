@@ -287,11 +287,11 @@ func (g *Gate) isJSONObject(b []byte) bool {
 // OpenEventEnd returns, when a committed stream's body ended properly inside an event (its
 // blank line never came), the bytes that end that event, provided its data is whole: [DONE],
 // or a JSON object, parsed when it fits in tailCaptureLimit bytes; past them, one whose
-// brackets closed with only whitespace after (objectEnd follows them as the data goes by).
-// Observed and forwarded like any read, they let the event count as the writer meant it
-// (docs/streams.md, Streams: the pre-commit peek, an event whose blank line the body lacks).
-// nil when the body did not end inside an event, or the event's data is cut short (then the
-// stream was cut, and the event never goes out).
+// brackets closed with only whitespace after (the Framer follows them with jsonscan.ObjectEnd
+// as the data goes by). Observed and forwarded like any read, they let the event count as the
+// writer meant it (docs/streams.md, Streams: the pre-commit peek, an event whose blank line
+// the body lacks). nil when the body did not end inside an event, or the event's data is cut
+// short (then the stream was cut, and the event never goes out).
 func (g *Gate) OpenEventEnd() []byte {
 	if !g.decided || g.decision != Commit || g.finished {
 		return nil
