@@ -44,8 +44,8 @@ func (g *Gate) classify(ev Event) Decision {
 	if bytes.Equal(data, done) {
 		return Empty
 	}
-	if g.family == Chat {
-		// Nearly every chat event is decided by a walk in place, without a parse (scanChat).
+	if g.family == Chat && !slowPaths {
+		// Nearly every chat event is decided by a walk in place, without a parse (chat.go).
 		if d, sure := scanChat(data, ev.Name); sure {
 			return d
 		}

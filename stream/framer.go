@@ -70,11 +70,12 @@ type Framer struct {
 	hasName bool
 	seen    bool // the record has at least one line (field or comment)
 
-	// Once the record's data outgrows the capture, its shape is followed (jsonscan.ObjectEnd, while shaping), so that
-	// openEnd can tell a whole object from one cut short. Lazily: the data a call of Next reads
-	// is fed only if the record is still open when the call returns (most events end in the
-	// read that brought them, and then nothing is fed). shapeHead is how much of data to feed
-	// first (-1: fed); pend are the pieces past it, views into Next's p.
+	// Once the record's data outgrows the capture, its shape is followed (shaping), so that
+	// openEnd can tell a whole object from one cut short (jsonscan.ObjectEnd). Lazily, the fast
+	// path: the data a call of Next reads is fed only if the record is still open when the call
+	// returns (most events end in the read that brought them, and then nothing is fed);
+	// slowPaths feeds every piece as it comes. shapeHead is how much of data to feed first (-1:
+	// fed); pend are the pieces past it, views into Next's p.
 	shape     jsonscan.ObjectEnd
 	shaping   bool
 	shapeHead int
@@ -422,6 +423,9 @@ func (f *Framer) addPastCapture(b []byte) {
 	}
 	f.pend[f.npend] = b
 	f.npend++
+	if slowPaths {
+		f.feedShape() // the slow path: every piece as it comes, whether the record ends or not
+	}
 	kept := len(f.data)
 	f.data = appendCapped(f.data, b, f.limit)
 	f.dropped += len(b) - (len(f.data) - kept)

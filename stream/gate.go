@@ -96,8 +96,23 @@ type Gate struct {
 	choicesSeen, choicesDone uint64
 	typedDone                bool
 
-	perEventOnly bool // tests: no skipQuiet, the reference it is checked against (tail_test.go)
+	// Tests: no skipQuiet or endsStream for this gate, the reference they are checked against
+	// side by side (tail_test.go); slowPaths turns them off for every gate.
+	perEventOnly bool
 }
+
+// slowPaths turns every fast path of the package off, so that each leaves its work to the slow
+// path it shortcuts, which sits in the same file. Only tests set it: slowpaths_test.go runs the
+// gate's tests with it, and no test that runs at the same time may read it. Where it is read:
+//
+//   - chat.go (through classify): every chat event is parsed (classifyChat), none walked
+//     (scanChat);
+//   - tail.go: observe frames and reads every event of a read (no skipQuiet), Feed reads every
+//     event of a read that ends the stream for its choices (no endsStream), and noteEnd walks
+//     every chunk (no chunkChangesNothing);
+//   - framer.go: the shape of data past the capture is fed as each piece comes, not only when
+//     a record is still open at the end of a read.
+var slowPaths bool
 
 // Reset readies g for a new response of family f. peekLimit is how many bytes
 // from the start of the stream are judged before the Gate commits anyway; <= 0

@@ -154,7 +154,7 @@ var (
 // clean tells that p is known to hold no "rror" (the end of a read endsStream found to end the
 // stream): it is not searched again.
 func (g *Gate) skipQuiet(p []byte, clean bool) int {
-	if !g.endsOnFinish() || g.perEventOnly || !g.fr.betweenRecords() {
+	if !g.endsOnFinish() || g.perEventOnly || slowPaths || !g.fr.betweenRecords() {
 		return 0
 	}
 	b := p
@@ -195,7 +195,8 @@ func (g *Gate) skipQuiet(p []byte, clean bool) int {
 // endsStream reports, for a chat or other stream, a read p that skipQuiet's first kind passes
 // over up to its last event: it ends with `[DONE]` after a blank line, and holds no error.
 func (g *Gate) endsStream(p []byte) bool {
-	return g.endsOnFinish() && !g.perEventOnly && bytes.HasSuffix(p, doneLast) && !bytes.Contains(p, quietError)
+	return g.endsOnFinish() && !g.perEventOnly && !slowPaths && bytes.HasSuffix(p, doneLast) &&
+		!bytes.Contains(p, quietError)
 }
 
 // doneLast is how a read that ends a stream with `[DONE]` ends: a blank line, then the
@@ -302,7 +303,7 @@ func (g *Gate) noteEnd(ev Event) {
 	if len(trimSpace(data)) == 0 {
 		return
 	}
-	if g.family == Chat && g.chunkChangesNothing(data) {
+	if g.family == Chat && !slowPaths && g.chunkChangesNothing(data) {
 		return // most chunks of a chat stream: no walk needed to know it
 	}
 	typ, _, choices := scanTopLevel(data, true)
