@@ -91,17 +91,15 @@ func skipLineEnds(b []byte, i int) int {
 // output began, even if it then ended its stream properly.
 func (g *Gate) Failed() bool { return g.failed }
 
-// Finished reports whether the committed stream would be complete if its body
-// ended cleanly now (docs/streams.md, Streams: the pre-commit peek): for chat, after `data: [DONE]`, or after
-// a non-null finish_reason for every choice index the stream showed (usage-only
-// chunks may follow); for other, the same, or when the last event's type ends
-// in ".done"; for responses, after response.completed, response.incomplete,
-// response.failed or an error event; for messages, after message_stop or an
-// error event. Image has no required terminal event and is always finished.
-// Like any SSE event, an event counts only once its blank line arrived; for
-// the finish_reason and ".done" rules, a record begun after it and not ended
-// means the stream was cut. An error event after any of these still makes the
-// stream Failed.
+// Finished reports whether the committed stream would be complete if its body ended cleanly
+// now (docs/streams.md, Streams: the pre-commit peek): for chat, after `data: [DONE]`, or
+// after a non-null finish_reason for every choice index the stream showed (usage-only chunks
+// may follow); for other, the same, or when the last event's type ends in ".done"; for
+// responses, after response.completed, response.incomplete, response.failed or an error
+// event; for messages, after message_stop or an error event. Image has no required terminal
+// event and is always finished. Like any SSE event, an event counts only once its blank line
+// arrived; for the finish_reason and ".done" rules, a record begun after it and not ended
+// means the stream was cut. An error event after any of these still makes the stream Failed.
 func (g *Gate) Finished() bool {
 	switch {
 	case g.finished || g.family == Image:
@@ -320,7 +318,8 @@ var doneSuffix = []byte(".done")
 
 // The keys chunkChangesNothing looks for, each with the end it is searched by: bytes.Index
 // finds a pattern by its first byte, and a quote, the first byte of every key, is on every
-// other byte of a chunk (120 ns a search), where an underscore or an x is rare (20-30 ns).
+// other byte of a chunk, where an underscore or an x is rare, so a search by the end skips
+// ahead several times as fast.
 var (
 	keyFinishReason, endFinishReason = []byte(`"finish_reason"`), []byte(`_reason"`)
 	keyIndex, endIndex               = []byte(`"index"`), []byte(`x"`)
