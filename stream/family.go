@@ -44,8 +44,8 @@ func (g *Gate) classify(ev Event) Decision {
 	if bytes.Equal(data, done) {
 		return Empty
 	}
-	if g.family == Chat {
-		// Nearly every chat event is decided by a walk in place, without a parse (scanChat).
+	if g.family == Chat && !slowPaths {
+		// Nearly every chat event is decided by a walk in place, without a parse (chat.go).
 		if d, sure := scanChat(data, ev.Name); sure {
 			return d
 		}
@@ -152,79 +152,6 @@ func (g *Gate) classifyText(name []byte) Decision {
 func isErrorObject(v *fastjson.Value) bool {
 	e := v.Get("error")
 	return e != nil && e.Type() != fastjson.TypeNull
-}
-
-// classifyChat classifies a chat.completion.chunk; name is its `event:` name.
-func classifyChat(v *fastjson.Value, name []byte) Decision {
-	o, err := v.Object()
-	if err != nil {
-		return Commit // a JSON value that is not a chunk
-	}
-	var choices, errv *fastjson.Value
-	o.Visit(func(k []byte, mv *fastjson.Value) {
-		switch string(k) {
-		case "choices":
-			if choices == nil {
-				choices = mv
-			}
-		case "error":
-			if errv == nil {
-				errv = mv
-			}
-		}
-	})
-	if (errv != nil && errv.Type() != fastjson.TypeNull) || bytes.Equal(name, nameError) {
-		return Error
-	}
-	if choices == nil || choices.Type() != fastjson.TypeArray {
-		return Commit // not a chunk we know: let it through
-	}
-	arr, _ := choices.Array()
-	for _, c := range arr {
-		co, err := c.Object()
-		if err != nil {
-			continue
-		}
-		content := false
-		co.Visit(func(k []byte, cv *fastjson.Value) {
-			switch string(k) {
-			case "finish_reason":
-				content = content || !isEmpty(cv)
-			case "delta", "message":
-				content = content || deltaHasContent(cv)
-			}
-		})
-		if content {
-			return Commit
-		}
-	}
-	return Hold
-}
-
-func deltaHasContent(d *fastjson.Value) bool {
-	o, err := d.Object()
-	if err != nil {
-		return false
-	}
-	content := false
-	o.Visit(func(k []byte, fv *fastjson.Value) {
-		if !content && isChatContentField(k) && !isEmpty(fv) {
-			content = true
-		}
-	})
-	return content
-}
-
-// isChatContentField reports the delta (or message) fields of a chat chunk
-// that carry business content when non-empty. Other fields (role, provider
-// metadata such as token ids) never commit.
-func isChatContentField(k []byte) bool {
-	switch string(k) {
-	case "content", "reasoning_content", "reasoning", "refusal", "tool_calls",
-		"function_call", "audio", "images", "reasoning_details":
-		return true
-	}
-	return false
 }
 
 func isResponsesError(typ []byte) bool {

@@ -3,6 +3,8 @@ package stream
 import (
 	"bytes"
 	"math"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // Event is one complete SSE event. Name and Data are views into the Framer's
@@ -68,12 +70,14 @@ type Framer struct {
 	hasName bool
 	seen    bool // the record has at least one line (field or comment)
 
-	// Once the record's data outgrows the capture, its shape is followed (objectEnd), so that
-	// openEnd can tell a whole object from one cut short. Lazily: the data a call of Next reads
-	// is fed only if the record is still open when the call returns (most events end in the
-	// read that brought them, and then nothing is fed). shapeHead is how much of data to feed
-	// first (-1: fed); pend are the pieces past it, views into Next's p.
-	shape     objectEnd
+	// Once the record's data outgrows the capture, its shape is followed (shaping), so that
+	// openEnd can tell a whole object from one cut short (jsonscan.ObjectEnd). Lazily, the fast
+	// path: the data a call of Next reads is fed only if the record is still open when the call
+	// returns (most events end in the read that brought them, and then nothing is fed);
+	// slowPaths feeds every piece as it comes. shapeHead is how much of data to feed first (-1:
+	// fed); pend are the pieces past it, views into Next's p.
+	shape     jsonscan.ObjectEnd
+	shaping   bool
 	shapeHead int
 	pend      [4][]byte
 	npend     int
@@ -114,9 +118,10 @@ func (f *Framer) setLimit(limit int) {
 	f.limit, f.room = limit, roomFor(limit)
 	if limit > 0 {
 		if len(f.data) > limit {
-			if !f.shape.on && f.inRecord() { // a record already ended needs no shape
-				f.shape.reset()
-				f.shape.feed(f.data) // all of the data so far: it was kept whole
+			if !f.shaping && f.inRecord() { // a record already ended needs no shape
+				f.shaping = true
+				f.shape.Reset()
+				f.shape.Feed(f.data) // all of the data so far: it was kept whole
 				f.shapeHead = -1
 			}
 			f.dropped += len(f.data) - limit
@@ -136,7 +141,7 @@ func (f *Framer) clearRecord() {
 	f.hasName = false
 	f.seen = false
 	f.delivered = false
-	f.shape.on = false
+	f.shaping = false
 	clear(f.pend[:f.npend])
 	f.npend = 0
 }
@@ -408,8 +413,9 @@ func roomFor(limit int) int {
 // addPastCapture adds data that does not fit the capture: what fits is kept, and the record's
 // shape is followed from the first byte that does not (it stays on: the capture is full).
 func (f *Framer) addPastCapture(b []byte) {
-	if !f.shape.on {
-		f.shape.reset()
+	if !f.shaping {
+		f.shaping = true
+		f.shape.Reset()
 		f.shapeHead = len(f.data) // all of the data before b: none was cut yet
 	}
 	if f.npend == len(f.pend) {
@@ -417,6 +423,9 @@ func (f *Framer) addPastCapture(b []byte) {
 	}
 	f.pend[f.npend] = b
 	f.npend++
+	if slowPaths {
+		f.feedShape() // the slow path: every piece as it comes, whether the record ends or not
+	}
 	kept := len(f.data)
 	f.data = appendCapped(f.data, b, f.limit)
 	f.dropped += len(b) - (len(f.data) - kept)
@@ -426,11 +435,11 @@ func (f *Framer) addPastCapture(b []byte) {
 // then the pieces pending.
 func (f *Framer) feedShape() {
 	if f.shapeHead >= 0 {
-		f.shape.feed(f.data[:f.shapeHead])
+		f.shape.Feed(f.data[:f.shapeHead])
 		f.shapeHead = -1
 	}
 	for i := range f.npend {
-		f.shape.feed(f.pend[i])
+		f.shape.Feed(f.pend[i])
 		f.pend[i] = nil
 	}
 	f.npend = 0
@@ -490,8 +499,8 @@ func (f *Framer) skipRecords() {
 // its last line lacks, and the blank line), when its data so far is whole: at least one data
 // field, and the last line, if unfinished, a data or comment line or one of an ignored field
 // (an unfinished event name may be cut). complete judges data the capture kept whole; data
-// the capture cut is whole when it is one JSON object that ended (objectEnd). nil when no
-// record is open or it cannot be ended so.
+// the capture cut is whole when it is one JSON object that ended (jsonscan.ObjectEnd). nil
+// when no record is open or it cannot be ended so.
 func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
 	if !f.inRecord() || !f.hasData {
 		return nil
@@ -507,7 +516,7 @@ func (f *Framer) openEnd(complete func(data []byte) bool) []byte {
 	default:
 		return nil
 	}
-	if cut := f.dropped > 0; cut && !f.shape.whole() || !cut && !complete(f.data) {
+	if cut := f.dropped > 0; cut && !(f.shaping && f.shape.Whole()) || !cut && !complete(f.data) {
 		return nil
 	}
 	return end

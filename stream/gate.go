@@ -96,8 +96,23 @@ type Gate struct {
 	choicesSeen, choicesDone uint64
 	typedDone                bool
 
-	perEventOnly bool // tests: no skipQuiet, the reference it is checked against (quiet_test.go)
+	// Tests: no skipQuiet or endsStream for this gate, the reference they are checked against
+	// side by side (tail_test.go); slowPaths turns them off for every gate.
+	perEventOnly bool
 }
+
+// slowPaths turns every fast path of the package off, so that each leaves its work to the slow
+// path it shortcuts, which sits in the same file. Only tests set it: slowpaths_test.go runs the
+// gate's tests with it, and no test that runs at the same time may read it. Where it is read:
+//
+//   - chat.go (through classify): every chat event is parsed (classifyChat), none walked
+//     (scanChat);
+//   - tail.go: observe frames and reads every event of a read (no skipQuiet), Feed reads every
+//     event of a read that ends the stream for its choices (no endsStream), and noteEnd walks
+//     every chunk (no chunkChangesNothing);
+//   - framer.go: the shape of data past the capture is fed as each piece comes, not only when
+//     a record is still open at the end of a read.
+var slowPaths bool
 
 // Reset readies g for a new response of family f. peekLimit is how many bytes
 // from the start of the stream are judged before the Gate commits anyway; <= 0
@@ -242,97 +257,6 @@ func (g *Gate) ErrorData() []byte { return g.errData }
 // Reason returns why the Gate committed; meaningful after Commit only.
 func (g *Gate) Reason() CommitReason { return g.reason }
 
-// Observe watches a chunk piped to the client after Commit and records whether
-// the family's terminal event went by. It keeps at most tailCaptureLimit data
-// bytes per event, however large the event.
-//
-// It returns how many bytes of p, from its start, end between events: all of p
-// when p ends between two events, else up to where the event p ends inside
-// begins (0 when it began before p). An SSE client acts on an event only at its
-// blank line, so the proxy sends the whole events now and holds the rest until
-// the event's end arrives. Once the terminal event went by nothing more is
-// framed, and all of p counts as whole. Before Commit it does nothing and
-// returns len(p).
-func (g *Gate) Observe(p []byte) (whole int) {
-	return max(g.observe(p, false), 0)
-}
-
-// observe is Observe, returning -1 when p ends inside an event that began before p. clean
-// tells that p is known to hold no error (the bytes "rror"), for skipQuiet.
-func (g *Gate) observe(p []byte, clean bool) int {
-	if !g.decided || g.decision != Commit || g.finished {
-		return len(p) // nothing left to learn once the terminal event went by
-	}
-	whole := -1 // where the last event in p ended
-	if !g.fr.inRecord() {
-		whole = 0
-	}
-	off := g.skipQuiet(p, clean) // the leading events that change nothing, read as one run
-	if off > 0 {
-		whole = off
-	}
-	for off < len(p) && !g.finished {
-		n, ok := g.fr.Next(p[off:])
-		off += n
-		if ok {
-			whole = off
-			ev := g.fr.Event()
-			lead := tailType(g.family, ev)
-			g.failed = g.failed || isErrorEvent(g.family, ev, lead)
-			g.finished = isTerminal(g.family, ev, lead)
-			if g.endsOnFinish() {
-				g.noteEnd(ev)
-			}
-		}
-	}
-	if g.finished || !g.fr.inRecord() {
-		return len(p)
-	}
-	if whole >= 0 {
-		whole = skipLineEnds(p, whole)
-	}
-	return whole
-}
-
-// skipLineEnds returns the index of the first byte of b from i on that is not a
-// line end: where the record after an event's end begins (blank lines, and the
-// LF of a CRLF whose CR ended the event, belong to no record).
-func skipLineEnds(b []byte, i int) int {
-	for i < len(b) && (b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// Failed reports whether an error event went by after Commit: the upstream failed after
-// output began, even if it then ended its stream properly.
-func (g *Gate) Failed() bool { return g.failed }
-
-// Finished reports whether the committed stream would be complete if its body
-// ended cleanly now (README, Streams): for chat, after `data: [DONE]`, or after
-// a non-null finish_reason for every choice index the stream showed (usage-only
-// chunks may follow); for other, the same, or when the last event's type ends
-// in ".done"; for responses, after response.completed, response.incomplete,
-// response.failed or an error event; for messages, after message_stop or an
-// error event. Image has no required terminal event and is always finished.
-// Like any SSE event, an event counts only once its blank line arrived; for
-// the finish_reason and ".done" rules, a record begun after it and not ended
-// means the stream was cut. An error event after any of these still makes the
-// stream Failed.
-func (g *Gate) Finished() bool {
-	switch {
-	case g.finished || g.family == Image:
-		return true
-	case !g.endsOnFinish() || g.fr.inRecord():
-		return false
-	}
-	return g.choicesDone != 0 && g.choicesSeen&^g.choicesDone == 0 || g.family == Other && g.typedDone
-}
-
-// endsOnFinish reports the families whose stream may end without a terminal
-// event, once its choices finished (chat, other) or on a ".done" type (other).
-func (g *Gate) endsOnFinish() bool { return g.family == Chat || g.family == Other }
-
 func (g *Gate) decide(d Decision) Decision {
 	g.decided = true
 	g.decision = d
@@ -378,11 +302,11 @@ func (g *Gate) isJSONObject(b []byte) bool {
 // OpenEventEnd returns, when a committed stream's body ended properly inside an event (its
 // blank line never came), the bytes that end that event, provided its data is whole: [DONE],
 // or a JSON object, parsed when it fits in tailCaptureLimit bytes; past them, one whose
-// brackets closed with only whitespace after (objectEnd follows them as the data goes by).
-// Observed and forwarded like any read, they let the event count as the writer meant it
-// (README, Streams: an event whose blank line the body lacks). nil when the body did not end
-// inside an event, or the event's data is cut short (then the stream was cut, and the event
-// never goes out).
+// brackets closed with only whitespace after (the Framer follows them with jsonscan.ObjectEnd
+// as the data goes by). Observed and forwarded like any read, they let the event count as the
+// writer meant it (docs/streams.md, Streams: the pre-commit peek, an event whose blank line
+// the body lacks). nil when the body did not end inside an event, or the event's data is cut
+// short (then the stream was cut, and the event never goes out).
 func (g *Gate) OpenEventEnd() []byte {
 	if !g.decided || g.decision != Commit || g.finished {
 		return nil

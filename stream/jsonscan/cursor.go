@@ -35,8 +35,8 @@ func (c *Cursor) OpenArray(b []byte, i int) bool { return c.open(b, i, '[') }
 
 func (c *Cursor) open(b []byte, i int, open byte) bool {
 	i = SkipSpace(b, i)
-	// Field by field: a composite literal is built on the stack and copied, and that copy
-	// stalls on its own partial writes (store forwarding), a third of a short walk.
+	// Field by field: a composite literal of this many fields is built on the stack and copied
+	// (golang/go#67957), and the copy stalls on its own partial writes (store forwarding).
 	c.b = b
 	c.key, c.keyEnd = -1, -1
 	c.next, c.value, c.end = i+1, -1, -1

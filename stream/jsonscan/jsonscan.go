@@ -18,10 +18,20 @@
 // closing quote, a bracket, a literal's last letter); a number never says so, so a number
 // that runs to the end of the text counts as cut.
 //
+// One reader is not strict, by design: ObjectEnd follows a text fed in pieces that are not
+// kept (an event's data past the capture) only as far as its brackets and strings, to tell an
+// object that ended from one cut short. It sits in this file beside SkipValue, whose reading of
+// brackets and strings it repeats, and objectend_test.go checks that it agrees with SkipValue
+// on every object SkipValue takes and on every cut of one.
+//
+// Files: jsonscan.go, the rules (SkipSpace, SkipString, SkipValue) and ObjectEnd; cursor.go,
+// the Cursor; strings.go, decoding a string's escapes (AppendString, StringIs).
+//
 // The package knows nothing of HTTP, SSE or providers: callers decide what a member means.
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 )
@@ -323,4 +333,113 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// ObjectEnd follows a JSON text fed in pieces whose bytes are not kept (an SSE event's data past
+// a capture limit), far enough to tell one object whose closing brace arrived, with nothing but
+// JSON whitespace after it, from one cut short. SkipValue reads a text that is kept; ObjectEnd
+// reads the same brackets and strings (a string's quotes and escapes, not what it holds) and
+// nothing else: not scalars, commas or colons. So it is never stricter than SkipValue on an
+// object, and never fooled by a cut: a text SkipValue takes for one object, nested at most 64
+// deep, is whole, and no proper prefix of it that ends in anything but whitespace is (what
+// objectend_test.go checks). A text nested deeper is taken as not whole. Any split of the text
+// into pieces reads as the whole text does.
+//
+// The zero value is ready for a new text. An ObjectEnd allocates nothing, keeps no view of the
+// pieces it is fed, and is not safe for concurrent use.
+type ObjectEnd struct {
+	state uint8  // where the bytes fed so far stand
+	depth uint8  // open brackets
+	kinds uint64 // bit i: the bracket open at depth i+1 is '{' (else '[')
+}
+
+const (
+	oeBefore   uint8 = iota // whitespace so far
+	oeInside                // inside the object, outside strings
+	oeString                // inside a string
+	oeEscape                // inside a string, just past a backslash
+	oeAfter                 // the object closed: only whitespace may follow
+	oeNotWhole              // not one whole object (another value, a bracket mismatch, too deep, bytes after it)
+)
+
+// objectEndDepth is how deep ObjectEnd follows brackets (one bit each); a text nested deeper is
+// taken as not whole.
+const objectEndDepth = 64
+
+// Reset readies o for a new text.
+func (o *ObjectEnd) Reset() { *o = ObjectEnd{} }
+
+// Whole reports that the text fed so far is one JSON object, ended, with nothing but JSON
+// whitespace after it.
+func (o *ObjectEnd) Whole() bool { return o.state == oeAfter }
+
+// Feed reads the next piece of the text.
+func (o *ObjectEnd) Feed(b []byte) {
+	state, depth, kinds := o.state, o.depth, o.kinds
+	i, quote := 0, -2 // quote: the index of the next '"' in b at or after i, -1 none, -2 not looked for
+	for i < len(b) && state != oeNotWhole {
+		switch state {
+		case oeBefore, oeAfter:
+			c := b[i]
+			i++
+			switch {
+			case isSpace(c):
+			case c == '{' && state == oeBefore:
+				state, depth, kinds = oeInside, 1, 1
+			default:
+				state = oeNotWhole
+			}
+		case oeInside:
+			for i < len(b) && state == oeInside {
+				c := b[i]
+				i++
+				switch c {
+				case '"':
+					state = oeString
+				case '{', '[':
+					if depth == objectEndDepth {
+						state = oeNotWhole
+						break
+					}
+					if c == '{' {
+						kinds |= 1 << depth
+					} else {
+						kinds &^= 1 << depth
+					}
+					depth++
+				case '}', ']':
+					depth--
+					if opensObject := kinds>>depth&1 == 1; opensObject != (c == '}') {
+						state = oeNotWhole
+					} else if depth == 0 {
+						state = oeAfter
+					}
+				}
+			}
+		case oeString:
+			// Most of a text's bytes are inside strings: vectorised scans find the next quote
+			// (kept while it lies ahead), then any backslash before it.
+			if quote < i && quote != -1 {
+				quote = bytes.IndexByte(b[i:], '"')
+				if quote >= 0 {
+					quote += i
+				}
+			}
+			end := len(b)
+			if quote >= 0 {
+				end = quote
+			}
+			if s := bytes.IndexByte(b[i:end], '\\'); s >= 0 {
+				i, state = i+s+1, oeEscape
+			} else if quote >= 0 {
+				i, state = quote+1, oeInside
+			} else {
+				i = len(b)
+			}
+		case oeEscape:
+			i++ // the escaped byte (\uXXXX's digits are read as string bytes)
+			state = oeString
+		}
+	}
+	o.state, o.depth, o.kinds = state, depth, kinds
 }

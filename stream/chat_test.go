@@ -9,9 +9,8 @@ import (
 	"testing"
 )
 
-// parsedChat is the answer classify gave a chat event's data before scanChat: a fastjson
-// parse, classifyChat, and classifyText for what is not JSON. data is trimmed, as classify
-// gives it.
+// parsedChat is the slow path's answer for a chat event's data: a fastjson parse,
+// classifyChat, and classifyText for what is not JSON. data is trimmed, as classify gives it.
 func parsedChat(data, name []byte) Decision {
 	g := Gate{family: Chat}
 	p := parsers.Get()
@@ -324,7 +323,7 @@ func TestGateClassifiesChatWithoutParsing(t *testing.T) {
 
 // BenchmarkClassifyChat classifies the two events a chat stream's gate judges, the role chunk
 // and the first content chunk, of each provider shape: by the walk (scanChat), as classify
-// does, and by the parse it replaced.
+// does, and by the parse, the slow path.
 func BenchmarkClassifyChat(b *testing.B) {
 	for _, file := range []string{"content.sse", "azure_filter_first.sse", "reasoning_content.sse", "tool_calls.sse"} {
 		var events []Event
