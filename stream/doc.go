@@ -36,7 +36,11 @@
 //   - framer.go: the Framer: the event-stream grammar under any chunking, the capture limit,
 //     and the shape of an event's data past it (jsonscan.ObjectEnd), fed lazily, only when a
 //     record is still open at the end of a read.
-//   - transcript.go: the Transcript, for resume.
+//   - transcript.go: the Transcript, for resume: what a committed chat or messages stream
+//     delivered, and a continuation's events rewritten into the client's stream.
+//   - seam.go: where a continuation's text joins the delivered text: whitespace, and an exact
+//     repeat of the last words or of the unfinished last word, dropped (docs/streams.md, The
+//     seam).
 //
 // Speed work stays behind one door: each fast path sits in its file beside the slow path it
 // shortcuts, and a test holds the two to the same answers (chat_test.go, tail_test.go,
