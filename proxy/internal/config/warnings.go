@@ -1,9 +1,9 @@
-package proxy
+package config
 
 import "fmt"
 
 // warnNoEffect warns about each setting that the rest of a valid configuration leaves without
-// effect (README, Configuration reference): it was likely set for something another setting
+// effect (docs/configuration.md): it was likely set for something another setting
 // turns off. Only variables that are set (not empty) are named, each once, with the first
 // reason below; a setting that still changes anything, however little, is not named.
 func (l *loader) warnNoEffect(c *Config) {
