@@ -105,23 +105,3 @@ func (l *loader) validateResume(c *Config) {
 		t.Resume = resumeModeNames[m]
 	}
 }
-
-// describe renders the section for -check.
-func (c *ResumeConfig) describe(targets []TargetConfig) string {
-	line := fmt.Sprintf("FAILOVER_RESUME=%s  FAILOVER_RESUME_MAX=%d", c.Mode, c.Max)
-	if c.Instruction != "" {
-		line += fmt.Sprintf("  FAILOVER_RESUME_INSTRUCTION=%q", c.Instruction)
-	}
-	if c.Mode == "on" && c.Max == 0 {
-		return line + "  (FAILOVER_RESUME_MAX=0: no stream is resumed, as with FAILOVER_RESUME=off)"
-	}
-	if !c.On() {
-		return line
-	}
-	for _, t := range targets {
-		if t.Resume != "" {
-			return line
-		}
-	}
-	return line + "  (no target is marked resumable: set FAILOVER_TARGET_<i>_RESUME)"
-}
