@@ -39,7 +39,7 @@ type Target struct {
 	paths   [][]byte
 	weight  int
 	retries int
-	resume  config.ResumeMode // how it continues a cut stream (README, Resume a cut stream)
+	resume  config.ResumeMode // how it continues a cut stream (docs/streams.md, Resume a cut stream)
 	// prefillRefused are the models it refused a prefill for, which auto asks by instruction.
 	prefillRefused prefillRefusals
 
