@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -299,7 +300,7 @@ func newHandlerBenchHeaders(tb testing.TB, streaming bool, header ...string) *ha
 	}
 	upAddr := startCannedUpstream(tb, cannedResponse("application/json", completion, header...), cannedResponse("text/event-stream", sse.String(), header...))
 
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://" + upAddr + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://" + upAddr + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func startCannedServer(t *testing.T) (*Server, string) {
 // at url. It returns the server and its proxy listener's address; the caller shuts it down.
 func startServer(t *testing.T, url string) (*Server, string) {
 	t.Helper()
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + url, "FAILOVER_TARGET_0_NAME=t0"}, true)
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=" + url, "FAILOVER_TARGET_0_NAME=t0"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

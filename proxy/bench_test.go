@@ -12,7 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -96,7 +96,7 @@ func (quietBench) Printf(string, ...any) {}
 // (one record per request), here written to io.Discard.
 func benchSidecar(tb testing.TB, environ ...string) string {
 	tb.Helper()
-	cfg, err := proxy.Load(environ, true)
+	cfg, err := config.Load(environ, true)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,12 +3,14 @@ package proxy
 import (
 	"strings"
 	"testing"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // TestTargetFieldsParsedOnce: Load parses a target's _HEADERS, _MODELS and _PATHS once, and New
 // and -check use that parse: a text changed after Load is not read again.
 func TestTargetFieldsParsedOnce(t *testing.T) {
-	cfg, err := Load([]string{
+	cfg, err := config.Load([]string{
 		"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1",
 		"FAILOVER_TARGET_0_HEADERS=X-Team=a",
 		"FAILOVER_TARGET_0_MODELS=gpt-4o*",

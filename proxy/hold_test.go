@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-failover/failover/proxy/internal/config"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	w, peer := loopbackPair(t, nil)
 	// start: as begin sets it, the anchor of the pipe's clock readings
-	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
 	ex.gate.Reset(stream.Chat, 0) // commits at headers
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}
@@ -92,7 +93,7 @@ func BenchmarkPipeForward(b *testing.B) {
 			w, peer := loopbackPair(b, nil)
 			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
 			// start: as begin sets it, the anchor of the pipe's clock readings
-			ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
 			p := &pipe{ex: ex, sse: true, chunked: true}
 			var reads [][]byte
 			for range 20 {
@@ -150,7 +151,7 @@ func TestPipeMovesTheWriteDeadlineOncePerSlack(t *testing.T) {
 	const idle = 160 * time.Millisecond // slack 20ms
 	w, peer := loopbackPair(t, nil)
 	dc := &deadlineConn{Conn: w, t: t, idle: idle, slack: writeSlack(idle)}
-	ex := &exchange{srv: &Server{cfg: &Config{Server: ServerConfig{IdleTimeout: idle}}}, start: time.Now()}
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}, start: time.Now()}
 	ex.gate.Reset(stream.Chat, 0)
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}

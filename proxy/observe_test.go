@@ -18,6 +18,7 @@ import (
 	"github.com/lmittmann/tint"
 
 	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -498,7 +499,7 @@ func readAll(resp *http.Response) (string, error) {
 // back into ESC when it quotes a value.
 func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 	up := upstream(t, pt.JSON(200, pt.ChatCompletion("hi")))
-	cfg, err := proxy.Load(targets(up.URL), true)
+	cfg, err := config.Load(targets(up.URL), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // idleListener accepts connections and holds them open, reading, until the sidecar closes
@@ -153,7 +155,7 @@ func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 	defer up.Close()
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL + "/v1"}, true)
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL + "/v1"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

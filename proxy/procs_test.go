@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // procsControl: half the processors while few requests are in flight, all of them after two
@@ -117,7 +119,7 @@ func procsServer(t *testing.T, procs int) *Server {
 	t.Helper()
 	orig := runtime.GOMAXPROCS(procs)
 	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/llm-failover/failover/budget"
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -16,7 +16,7 @@ import (
 // now: a test moves past a rate limit's reset without waiting for it.
 func startOnClock(t *testing.T, env ...string) (*sidecar.Sidecar, *budget.ManualClock) {
 	t.Helper()
-	cfg, err := proxy.Load(env, true)
+	cfg, err := config.Load(env, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,17 +235,6 @@ func TestRateLimitFloor(t *testing.T) {
 				t.Fatalf("second request answered by %s, want %s", got, wantSecond)
 			}
 		})
-	}
-}
-
-// -check shows both settings.
-func TestCheckShowsRateLimitSettings(t *testing.T) {
-	c, err := proxy.Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_RATELIMIT_FLOOR=0.05"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := c.Describe(); !strings.Contains(d, "\nFAILOVER_RATELIMIT_AWARE=true  FAILOVER_RATELIMIT_FLOOR=0.05\n") {
-		t.Errorf("-check:\n%s", d)
 	}
 }
 

@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -29,111 +28,6 @@ import (
 // The cost is paid only by a stream that may be resumed: the client's body and headers are
 // copied at commit (the request context is gone once the stream runs on its own goroutine),
 // and its events are parsed as they go out. Every other stream only checks that p.res is nil.
-
-// ResumeConfig is the FAILOVER_RESUME section: read once at start, immutable afterwards.
-type ResumeConfig struct {
-	Mode string `env:"RESUME" envDefault:"off"` // on, off
-	Max  int    `env:"RESUME_MAX" envDefault:"1"`
-	// Instruction is the user message that asks for a continuation by instruction; empty:
-	// DefaultResumeInstruction.
-	Instruction string `env:"RESUME_INSTRUCTION"`
-}
-
-// DefaultResumeInstruction is what a continuation by instruction asks when
-// FAILOVER_RESUME_INSTRUCTION is not set (README, Resume a cut stream).
-const DefaultResumeInstruction = "Your previous reply was cut off. Continue it from exactly where it stopped, " +
-	"even in the middle of a word or a sentence: start with the very next character (a space, if one comes next), " +
-	"do not repeat anything already written, and add no preamble or comment."
-
-// maxResumeInstruction bounds FAILOVER_RESUME_INSTRUCTION: it is sent with every continuation
-// by instruction.
-const maxResumeInstruction = 4 << 10
-
-// instruction is the user message a continuation by instruction is asked with.
-func (c *ResumeConfig) instruction() string {
-	if c.Instruction == "" {
-		return DefaultResumeInstruction
-	}
-	return c.Instruction
-}
-
-// On reports whether cut streams may be resumed: FAILOVER_RESUME=on, and FAILOVER_RESUME_MAX
-// lets one be. With FAILOVER_RESUME_MAX=0 none can, and no stream pays for a resume (as off).
-func (c *ResumeConfig) On() bool { return c.Mode == "on" && c.Max > 0 }
-
-// resumeMode is how a target continues an answer (FAILOVER_TARGET_<i>_RESUME).
-type resumeMode uint8
-
-const (
-	resumeNone     resumeMode = iota // not resumable
-	resumePrefill                    // a trailing assistant message (Anthropic before Claude 4.6; chat servers that take it as a prefix)
-	resumePrefix                     // chat: a trailing assistant message with "prefix": true (DeepSeek, Mistral)
-	resumeContinue                   // chat: a trailing assistant message and "continue_final_message": true (vLLM)
-	resumeInstruct                   // the delivered text as an assistant message, then a user message asking to continue it
-	resumeAuto                       // prefill; by instruction where the target refuses the prefill (learnt per model)
-)
-
-var resumeModeNames = [...]string{resumeNone: "", resumePrefill: "prefill", resumePrefix: "prefix", resumeContinue: "continue",
-	resumeInstruct: "instruct", resumeAuto: "auto"}
-
-const resumeModeHelp = "must be prefill, prefix, continue, instruct, auto, or empty (not resumable)"
-
-// parseResumeMode reads a _RESUME value (any case); ok is false for an unknown one.
-func parseResumeMode(s string) (m resumeMode, ok bool) {
-	for i, name := range resumeModeNames {
-		if strings.EqualFold(s, name) {
-			return resumeMode(i), true
-		}
-	}
-	return resumeNone, false
-}
-
-// validateResume checks FAILOVER_RESUME, FAILOVER_RESUME_MAX and each target's _RESUME.
-func (l *loader) validateResume(c *Config) {
-	r := &c.Resume
-	r.Mode = strings.ToLower(r.Mode)
-	if modes := []string{"on", "off"}; !contains(modes, r.Mode) {
-		l.problem("%s: must be on or off%s", l.shown(envPrefix+"RESUME"), valueHint(r.Mode, modes))
-	}
-	if r.Max < 0 {
-		l.problem("%s: must be >= 0", l.shown(envPrefix+"RESUME_MAX"))
-	}
-	switch {
-	case r.Instruction != "" && strings.TrimSpace(r.Instruction) == "":
-		l.problem("%s: must not be blank (unset it for the default)", l.shown(envPrefix+"RESUME_INSTRUCTION"))
-	case len(r.Instruction) > maxResumeInstruction:
-		l.problem("%s: must be at most %d bytes, is %d", envPrefix+"RESUME_INSTRUCTION", maxResumeInstruction, len(r.Instruction))
-	}
-	for i := range c.Targets {
-		t := &c.Targets[i]
-		m, ok := parseResumeMode(t.Resume)
-		if !ok {
-			l.problem("%s: %s%s", l.shown(fmt.Sprintf("%sTARGET_%d_RESUME", envPrefix, i)), resumeModeHelp, valueHint(t.Resume, resumeModeNames[1:]))
-			continue
-		}
-		t.Resume = resumeModeNames[m]
-	}
-}
-
-// describe renders the section for -check.
-func (c *ResumeConfig) describe(targets []TargetConfig) string {
-	line := fmt.Sprintf("FAILOVER_RESUME=%s  FAILOVER_RESUME_MAX=%d", c.Mode, c.Max)
-	if c.Instruction != "" {
-		line += fmt.Sprintf("  FAILOVER_RESUME_INSTRUCTION=%q", c.Instruction)
-	}
-	if c.Mode == "on" && c.Max == 0 {
-		return line + "  (FAILOVER_RESUME_MAX=0: no stream is resumed, as with FAILOVER_RESUME=off)"
-	}
-	if !c.On() {
-		return line
-	}
-	for _, t := range targets {
-		if t.Resume != "" {
-			return line
-		}
-	}
-	return line + "  (no target is marked resumable: set FAILOVER_TARGET_<i>_RESUME)"
-}
 
 // Outcomes of a resume, for failover_resumes_total.
 const (
@@ -247,7 +141,7 @@ func (ex *exchange) prepareResume() *resumption {
 // anyResumable reports whether a candidate is marked resumable.
 func (ex *exchange) anyResumable() bool {
 	for _, i := range ex.cands {
-		if ex.srv.targets[i].resume != resumeNone {
+		if ex.srv.targets[i].resume != config.ResumeNone {
 			return true
 		}
 	}
@@ -319,12 +213,12 @@ func messagesEnd(b []byte) (msgEnd, objEnd int) {
 // request always gets a plain prefill for prefix and continue (Anthropic's form), and auto is a
 // prefill unless t refused one for the model it sends for this request (README, Resume a cut
 // stream), then by instruction.
-func (ex *exchange) resumeForm(t *Target) resumeMode {
+func (ex *exchange) resumeForm(t *Target) config.ResumeMode {
 	switch m := t.resume; {
-	case m == resumeAuto && t.prefillRefused.has(ex.sentModel(t)):
-		return resumeInstruct
-	case m == resumeAuto, ex.family == stream.Messages && (m == resumePrefix || m == resumeContinue):
-		return resumePrefill
+	case m == config.ResumeAuto && t.prefillRefused.has(ex.sentModel(t)):
+		return config.ResumeInstruct
+	case m == config.ResumeAuto, ex.family == stream.Messages && (m == config.ResumePrefix || m == config.ResumeContinue):
+		return config.ResumePrefill
 	default:
 		return m
 	}
@@ -334,21 +228,21 @@ func (ex *exchange) resumeForm(t *Target) resumeMode {
 // the delivered text (Prefill) as a final assistant message in that form, or, by instruction,
 // as an assistant message followed by a user message with FAILOVER_RESUME_INSTRUCTION; and points
 // the exchange's body and fields at it (a _MODEL substitution then applies as usual).
-func (ex *exchange) continuationBody(form resumeMode) {
+func (ex *exchange) continuationBody(form config.ResumeMode) {
 	r := ex.resume
 	b := append(r.cont[:0], r.body[:r.msgEnd]...)
 	b = append(b, `,{"role":"assistant","content":`...)
 	b = appendJSONStr(b, b2s(r.tr.Prefill()))
-	if form == resumePrefix {
+	if form == config.ResumePrefix {
 		b = append(b, `,"prefix":true`...)
 	}
 	b = append(b, '}')
-	if form == resumeInstruct {
+	if form == config.ResumeInstruct {
 		b = append(b, `,{"role":"user","content":`...)
 		b = append(b, ex.srv.instruction...)
 		b = append(b, '}')
 	}
-	if form == resumeContinue {
+	if form == config.ResumeContinue {
 		b = append(b, r.body[r.msgEnd:r.objEnd]...)
 		b = append(b, `,"continue_final_message":true,"add_generation_prompt":false`...)
 		b = append(b, r.body[r.objEnd:]...)
@@ -374,7 +268,7 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 	}
 	for k := 1; k <= n; k++ {
 		t := ex.srv.targets[ex.cands[(pos+k)%n]]
-		if t.resume == resumeNone {
+		if t.resume == config.ResumeNone {
 			continue
 		}
 		if ok, probe := t.health.Available(now); ok {
@@ -582,7 +476,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		o = classify.Outcome{
 			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
 			Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == resumeAuto && form == resumePrefill,
+			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == config.ResumeAuto && form == config.ResumePrefill,
 		}
 		v = s.policy.Decide(&o)
 		if v.Reason != classify.ReasonPrefillRefused || a.cut {
@@ -600,7 +494,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		}
 		ex.record(a, v)
 		ex.closeConn()
-		form = resumeInstruct
+		form = config.ResumeInstruct
 	}
 	held, whole := ex.gate.Held(), 0
 	var n int
@@ -608,7 +502,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	ok := v.Action == classify.ActionCommit && a.sse && !a.cut
 	if ok {
 		whole = ex.gate.HeldWhole()
-		r.tr.Splice(form == resumeInstruct)
+		r.tr.Splice(form == config.ResumeInstruct)
 		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
 		ok = r.tr.Continues()
 	}
@@ -659,7 +553,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	p.a, p.cont, p.attemptEnded, p.interrupted = a, true, false, false
 	ex.outcome = OutcomeOKAfterFailover
 	ex.event(slog.LevelInfo, "stream_resumed", a, slog.String("from", from.Name),
-		slog.Int("delivered_bytes", delivered), slog.String("form", resumeModeNames[form]))
+		slog.Int("delivered_bytes", delivered), slog.String("form", form.String()))
 	r.comment = append(append(append(r.comment[:0], ": failover resumed on "...), next.Name...), "\n\n"...)
 	if err := p.send(w, nil, false, r.comment, r.out); err != nil {
 		return resumeEnded, true

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -105,7 +105,7 @@ func TestResumeByInstruction(t *testing.T) {
 				if len(reqs) != 1 {
 					t.Fatalf("the resume target got %d requests, want 1", len(reqs))
 				}
-				checkInstructRequest(t, reqs[0], body, "Once upon a ti", proxy.DefaultResumeInstruction)
+				checkInstructRequest(t, reqs[0], body, "Once upon a ti", config.DefaultResumeInstruction)
 				ledger := s.WaitLedger(1)[0]["ledger"].([]any)
 				if cont := ledger[len(ledger)-1].(map[string]any); len(ledger) != 2 || cont["phase"] != "resumed" || cont["seam"] != tc.seam {
 					t.Fatalf("ledger %v, want the continuation with seam %s", ledger, tc.seam)
@@ -155,7 +155,7 @@ func TestResumeAutoLearnsWhoRefusesThePrefill(t *testing.T) {
 			if reqs := b.Requests(); len(reqs) != 2 || pt.LastRole(reqs[0].Body) != "assistant" || pt.LastRole(reqs[1].Body) != "user" {
 				t.Fatalf("the resume target got %d requests, want a prefill and then an instruction", len(reqs))
 			}
-			checkInstructRequest(t, b.Requests()[1], body, "Once upon a ti", proxy.DefaultResumeInstruction)
+			checkInstructRequest(t, b.Requests()[1], body, "Once upon a ti", config.DefaultResumeInstruction)
 			rec := s.WaitLedger(1)[0]
 			ledger := rec["ledger"].([]any)
 			if rec["outcome"] != "ok_after_failover" || len(ledger) != 3 {

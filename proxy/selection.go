@@ -19,8 +19,8 @@ type strategy interface {
 }
 
 // strategies are the values FAILOVER_STRATEGY accepts, in the order errors and -check list
-// them, each with the constructor of its strategy: the one table that Load validates against
-// and New builds from.
+// them, each with the constructor of its strategy: the table New builds from. Load validates
+// against config.StrategyNames, which a test holds to this table.
 var strategies = []struct {
 	name string
 	make func(targets []*Target, stickyHeader string) strategy

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // selectionExchange builds a server with n targets under strategy and an exchange holding a
@@ -17,7 +19,7 @@ func selectionExchange(tb testing.TB, strategy string, n int) *exchange {
 		environ = append(environ, fmt.Sprintf("FAILOVER_TARGET_%d_URL=http://127.0.0.1:%d/v1", i, 20000+i),
 			fmt.Sprintf("FAILOVER_TARGET_%d_NAME=t%d", i, i), fmt.Sprintf("FAILOVER_TARGET_%d_WEIGHT=%d", i, 1+i%3))
 	}
-	cfg, err := Load(environ, true)
+	cfg, err := config.Load(environ, true)
 	if err != nil {
 		tb.Fatal(err)
 	}

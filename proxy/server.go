@@ -37,6 +37,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
@@ -60,7 +61,7 @@ const clientTimeout = 120 * time.Second
 // Server is the sidecar: the proxy listener's handler and the metrics listener's handler,
 // sharing one immutable policy. Safe for concurrent use; create it with New.
 type Server struct {
-	cfg      *Config
+	cfg      *config.Config
 	policy   *classify.Policy
 	targets  []*Target
 	strategy strategy
@@ -123,7 +124,7 @@ type Options struct {
 }
 
 // New builds the server from a validated configuration.
-func New(cfg *Config, opts Options) (*Server, error) {
+func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, log: opts.Logger, clock: opts.Clock, waitTick: waitTick}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -151,7 +152,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.metrics = newServerMetrics(s.targets, s.clock, opts.Build)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
-	s.instruction = appendJSONStr(nil, cfg.Resume.instruction())
+	s.instruction = appendJSONStr(nil, cfg.Resume.EffectiveInstruction())
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
 	s.maxResponse = int(cfg.Server.MaxResponseBytes)
 	s.peek = int(cfg.Server.PeekBytes)
@@ -203,7 +204,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 
 // sizeLimit turns a configured request limit into fasthttp's: 0 means no limit, which
 // fasthttp cannot express (<= 0 is its 4 MiB default), so it becomes the largest int.
-func sizeLimit(s Size) int {
+func sizeLimit(s config.Size) int {
 	if s <= 0 {
 		return int(^uint(0) >> 1)
 	}

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // TestNewRefusesUnknownStrategy: a configuration built in code (as the drill builds one) with a
 // strategy no table row names is refused, not run in declared order behind the operator's back.
 func TestNewRefusesUnknownStrategy(t *testing.T) {
-	cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1"}, true)
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,9 +24,12 @@ func TestNewRefusesUnknownStrategy(t *testing.T) {
 // TestEveryStrategyLoadsAndBuilds: each name Load accepts builds its own strategy, so the
 // list that validates and the constructors that build cannot drift apart.
 func TestEveryStrategyLoadsAndBuilds(t *testing.T) {
+	if got, want := strings.Join(strategyNames(), ","), strings.Join(config.StrategyNames(), ","); got != want {
+		t.Fatalf("New builds %s; Load accepts %s", got, want)
+	}
 	built := map[string]bool{}
 	for _, name := range strategyNames() {
-		cfg, err := Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1", "FAILOVER_STRATEGY=" + name}, true)
+		cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:1/v1", "FAILOVER_STRATEGY=" + name}, true)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

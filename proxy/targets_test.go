@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -140,7 +141,7 @@ func sameQuotas(got, want map[string]proxy.QuotaState) bool {
 func TestTargetTableHasNoSecret(t *testing.T) {
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
 	b := upstream(t)
-	cfg, err := proxy.Load(env(targets(a.URL, b.URL), []string{
+	cfg, err := config.Load(env(targets(a.URL, b.URL), []string{
 		"FAILOVER_TARGET_0_API_KEY=sk-table-key-0001", "FAILOVER_TARGET_0_HEADERS=X-Org-Secret=hdr-table-value-0002;anthropic-version=2023-06-01",
 		"FAILOVER_TARGET_1_API_KEY=sk-table-key-0003", "FAILOVER_TARGET_1_AUTH=x-api-key",
 	}), true)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -206,7 +206,7 @@ func tlsTarget(t *testing.T, idle time.Duration) (up *httptest.Server, roots *x5
 // startTrusting starts a sidecar configured by env that trusts roots for https targets.
 func startTrusting(t *testing.T, roots *x509.CertPool, env ...string) *sidecar.Sidecar {
 	t.Helper()
-	cfg, err := proxy.Load(env, true)
+	cfg, err := config.Load(env, true)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

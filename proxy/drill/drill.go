@@ -21,6 +21,7 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -326,13 +327,13 @@ func scenarios() []*scenario {
 // Run plays every drill with cfg's policy and prints the table to w, coloured when w is a
 // terminal and NO_COLOR is not set. It returns the exit code: 0 when every invariant held, 1
 // otherwise.
-func Run(cfg *proxy.Config, w io.Writer) int { return run(cfg, w, scenarios(), outputStyle(w)) }
+func Run(cfg *config.Config, w io.Writer) int { return run(cfg, w, scenarios(), outputStyle(w)) }
 
 // invariantNames are the invariants that hold under any policy, in the order they print.
 var invariantNames = []string{"no replay after commit", "no attempt after the client left", "no attempt that cannot help",
 	"budgets respected", "one final answer per request", "ledger complete"}
 
-func run(cfg *proxy.Config, w io.Writer, list []*scenario, st style) int {
+func run(cfg *config.Config, w io.Writer, list []*scenario, st style) int {
 	n := len(cfg.Targets)
 	names := make([]string, 0, max(n, 3))
 	for _, t := range cfg.Targets {
@@ -374,7 +375,7 @@ func run(cfg *proxy.Config, w io.Writer, list []*scenario, st style) int {
 }
 
 // play runs one scenario against a fresh sidecar and fresh simulated targets.
-func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
+func play(base *config.Config, names []string, sc *scenario, num int) *result {
 	r := &result{sc: sc, names: names, calls: make([]int, len(names))}
 	ups := make([]*pt.Upstream, len(names))
 	for i := range names {
@@ -392,10 +393,10 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		}
 	}
 	cfg := *base
-	cfg.Targets = make([]proxy.TargetConfig, len(names))
+	cfg.Targets = make([]config.TargetConfig, len(names))
 	resumable := false
 	for i, name := range names {
-		t := proxy.TargetConfig{URL: ups[i].URL, Name: name, Auth: "bearer", Weight: 1, Retries: base.Budget.SameTargetRetries}
+		t := config.TargetConfig{URL: ups[i].URL, Name: name, Auth: "bearer", Weight: 1, Retries: base.Budget.SameTargetRetries}
 		if i < len(base.Targets) {
 			t.Weight, t.Retries, t.Resume = base.Targets[i].Weight, base.Targets[i].Retries, base.Targets[i].Resume
 			resumable = resumable || t.Resume != ""
@@ -403,7 +404,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 		cfg.Targets[i] = t
 	}
 	if sc.resume && !(cfg.Resume.On() && resumable) {
-		cfg.Resume = proxy.ResumeConfig{Mode: "on", Max: max(cfg.Resume.Max, 1), Instruction: cfg.Resume.Instruction}
+		cfg.Resume = config.ResumeConfig{Mode: "on", Max: max(cfg.Resume.Max, 1), Instruction: cfg.Resume.Instruction}
 		form := "prefill"
 		if sc.resumeForm != "" {
 			form = sc.resumeForm
@@ -525,7 +526,7 @@ func play(base *proxy.Config, names []string, sc *scenario, num int) *result {
 // the target recovers and the clock moves on by its last ejection. It returns the request id
 // the caller sends next, the one the row shows, and leaves in r.calls the calls made so far;
 // "" when the scenario cannot go on (r.problems says why).
-func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, clock *budget.ManualClock, log *pt.SyncBuffer, id string) string {
+func playRecovery(r *result, addr string, cfg *config.Config, ups []*pt.Upstream, clock *budget.ManualClock, log *pt.SyncBuffer, id string) string {
 	send := func(n int) string { return r.sendBefore(addr, cfg, log, id, n) }
 	ejection := func() (time.Duration, bool) {
 		var d time.Duration
@@ -577,7 +578,7 @@ func playRecovery(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream,
 
 // sendBefore sends request n of those that come before the one the row shows, as the
 // scenario's client, and waits for its ledger record; it returns the request's id.
-func (r *result) sendBefore(addr string, cfg *proxy.Config, log *pt.SyncBuffer, id string, n int) string {
+func (r *result) sendBefore(addr string, cfg *config.Config, log *pt.SyncBuffer, id string, n int) string {
 	rid := fmt.Sprintf("%s-%d", id, n)
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1"+r.sc.path, strings.NewReader(r.sc.body))
 	req.Header.Set("Content-Type", "application/json")
@@ -598,7 +599,7 @@ func (r *result) sendBefore(addr string, cfg *proxy.Config, log *pt.SyncBuffer, 
 // Under the failover strategy that is the first request; a strategy that starts elsewhere may
 // take a few. It returns the request id the caller sends next, the one the row shows, and
 // leaves in r.calls the calls made so far.
-func playQuota(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, log *pt.SyncBuffer, id string) string {
+func playQuota(r *result, addr string, cfg *config.Config, ups []*pt.Upstream, log *pt.SyncBuffer, id string) string {
 	n := 0
 	for n < 2*len(ups) && ups[0].Calls() == 0 {
 		n++
@@ -617,7 +618,7 @@ func playQuota(r *result, addr string, cfg *proxy.Config, ups []*pt.Upstream, lo
 }
 
 // checkInvariants checks what holds under any policy.
-func (r *result) checkInvariants(cfg *proxy.Config) {
+func (r *result) checkInvariants(cfg *config.Config) {
 	if r.record == nil {
 		r.problems = append(r.problems, "[ledger complete] no ledger record for the request")
 		return

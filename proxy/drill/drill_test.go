@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/llm-failover/failover/budget"
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -32,12 +32,12 @@ func TestCheckInvariantsReportsEachViolation(t *testing.T) {
 	names := []string{"primary", "secondary", "tertiary"}
 	plain := &scenario{name: "plain"}
 	cancelling := &scenario{name: "cancelling", cancelAfter: 1}
-	policy := func(enabled bool, maxAttempts, retries int) *proxy.Config {
-		return &proxy.Config{Budget: budget.Config{Enabled: enabled, MaxAttempts: maxAttempts, SameTargetRetries: retries}}
+	policy := func(enabled bool, maxAttempts, retries int) *config.Config {
+		return &config.Config{Budget: budget.Config{Enabled: enabled, MaxAttempts: maxAttempts, SameTargetRetries: retries}}
 	}
 	tests := []struct {
 		name   string
-		cfg    *proxy.Config
+		cfg    *config.Config
 		sc     *scenario
 		record map[string]any // nil: no ledger record was written
 		calls  []int
@@ -104,7 +104,7 @@ func TestCheckInvariantsReportsEachViolation(t *testing.T) {
 }
 
 func TestPlayTagsAFailedScenarioCheckWithItsInvariant(t *testing.T) {
-	cfg, err := proxy.Load(nil, false)
+	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestPlayTagsAFailedScenarioCheckWithItsInvariant(t *testing.T) {
 // A scenario whose check fails makes the run print FAIL on its invariant, list the failure,
 // and return exit code 1; the invariants it did not touch stay ok.
 func TestRunReportsAFailedInvariantAndExits1(t *testing.T) {
-	cfg, err := proxy.Load(nil, false)
+	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRunReportsAFailedInvariantAndExits1(t *testing.T) {
 // The cancel drill holds under a FAILOVER_ATTEMPT_TIMEOUT shorter than its pause: the client
 // leaves while the stalled attempt still runs, so no other target is called.
 func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
-	cfg, err := proxy.Load([]string{"FAILOVER_ATTEMPT_TIMEOUT=80ms"}, false)
+	cfg, err := config.Load([]string{"FAILOVER_ATTEMPT_TIMEOUT=80ms"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
 // Under a policy with FAILOVER_INBOUND_TOKEN, the drill's client sends the token as the
 // application would: every drill holds, none is rejected with 401.
 func TestDrillWithAnInboundToken(t *testing.T) {
-	cfg, err := proxy.Load([]string{"FAILOVER_INBOUND_TOKEN=drill-token-not-a-secret"}, false)
+	cfg, err := config.Load([]string{"FAILOVER_INBOUND_TOKEN=drill-token-not-a-secret"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestDrillWithAnInboundToken(t *testing.T) {
 func TestCheckInvariantsAcceptsAnAnswerBeforeTheClientLeft(t *testing.T) {
 	r := &result{sc: &scenario{name: "cancelling", cancelAfter: 1}, names: []string{"primary"}, clientOK: true, status: 504, calls: []int{0},
 		record: map[string]any{"attempts": 1.0, "outcome": "exhausted", "ledger": []any{entry("primary", "before_headers")}}}
-	r.checkInvariants(&proxy.Config{Budget: budget.Config{Enabled: true}})
+	r.checkInvariants(&config.Config{Budget: budget.Config{Enabled: true}})
 	if len(r.problems) != 0 {
 		t.Fatalf("problems %q, want none", r.problems)
 	}
@@ -255,7 +255,7 @@ func TestErrorAfterOutputCheck(t *testing.T) {
 func TestDrillUnderPoliciesFasterThanItsTargets(t *testing.T) {
 	for _, env := range []string{"FAILOVER_FIRST_BYTE_TIMEOUT=1ms", "FAILOVER_CONNECT_TIMEOUT=1ns"} {
 		t.Run(env, func(t *testing.T) {
-			cfg, err := proxy.Load([]string{env}, false)
+			cfg, err := config.Load([]string{env}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +316,7 @@ type policyRow struct {
 func playUnder(t *testing.T, sc *scenario, rows []policyRow) {
 	t.Helper()
 	for _, tc := range rows {
-		cfg, err := proxy.Load(tc.env, false)
+		cfg, err := config.Load(tc.env, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +358,7 @@ func TestQuotaRunningOutDrill(t *testing.T) {
 // "cut stream resumed" under the default policy: the drill turns resume on for it and says so,
 // and the row shows the continuation from the secondary.
 func TestCutStreamResumedDrill(t *testing.T) {
-	cfg, err := proxy.Load(nil, false)
+	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 )
 
 // The deployment examples in testdata/deploy and testdata/env are read line by line (no YAML
@@ -143,8 +143,8 @@ func TestDeployFilesNameOnlyKnownVariables(t *testing.T) {
 	}
 	for _, f := range files {
 		for _, name := range failoverNames(t, f) {
-			_, err := proxy.Load([]string{name + "="}, false)
-			var ce *proxy.ConfigError
+			_, err := config.Load([]string{name + "="}, false)
+			var ce *config.ConfigError
 			if !errors.As(err, &ce) {
 				continue
 			}
@@ -186,7 +186,7 @@ func TestKubernetesManifest(t *testing.T) {
 	if len(env) < 5 {
 		t.Fatalf("found only %v in the failover container", env)
 	}
-	if _, err := proxy.Load(withKeyFiles(t, env), true); err != nil {
+	if _, err := config.Load(withKeyFiles(t, env), true); err != nil {
 		t.Errorf("the manifest's configuration does not load: %v", err)
 	}
 
@@ -265,7 +265,7 @@ func TestComposeFile(t *testing.T) {
 	if keyFiles == 0 {
 		t.Error("no target reads its key from a secret file")
 	}
-	if _, err := proxy.Load(withKeyFiles(t, env), true); err != nil {
+	if _, err := config.Load(withKeyFiles(t, env), true); err != nil {
 		t.Errorf("the compose configuration does not load: %v", err)
 	}
 

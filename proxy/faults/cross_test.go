@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -68,7 +68,7 @@ func TestAnswersNeverCrossRequests(t *testing.T) {
 	u1.KeepRequests(false)
 	defer u0.Close()
 	defer u1.Close()
-	cfg, err := proxy.Load(env(targets(u0.URL, u1.URL), timeouts, []string{
+	cfg, err := config.Load(env(targets(u0.URL, u1.URL), timeouts, []string{
 		"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_RETRY_BUDGET_RATIO=0", "FAILOVER_EJECT_AFTER=0",
 		"FAILOVER_MAX_RESPONSE_BYTES=8KiB", "FAILOVER_TARGET_1_MODEL=gpt-4o-substitute",
 	}), true)

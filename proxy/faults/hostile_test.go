@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -72,7 +72,7 @@ func (c *compressConn) SetWriteDeadline(t time.Time) error {
 // startHostile runs a sidecar like sidecar.Start, on a compressListener.
 func startHostile(t *testing.T, env ...string) *sidecar.Sidecar {
 	t.Helper()
-	cfg, err := proxy.Load(env, true)
+	cfg, err := config.Load(env, true)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

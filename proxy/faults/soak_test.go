@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
@@ -307,7 +308,7 @@ func TestSoak(t *testing.T) {
 	})
 	defer closeUpstreams()
 
-	cfg, err := proxy.Load(env(targets(urls...), []string{
+	cfg, err := config.Load(env(targets(urls...), []string{
 		"FAILOVER_STRATEGY=round-robin",
 		"FAILOVER_CONNECT_TIMEOUT=1s",
 		"FAILOVER_FIRST_BYTE_TIMEOUT=2s",

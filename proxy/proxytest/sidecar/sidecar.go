@@ -19,6 +19,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy"
+	"github.com/llm-failover/failover/proxy/internal/config"
 	"github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -26,7 +27,7 @@ import (
 type Sidecar struct {
 	T       testing.TB
 	Srv     *proxy.Server
-	Config  *proxy.Config
+	Config  *config.Config
 	URL     string // http://127.0.0.1:port/v1
 	Addr    string // 127.0.0.1:port of the proxy listener
 	Metrics string // http://127.0.0.1:port of the metrics listener
@@ -40,7 +41,7 @@ type SyncBuffer = proxytest.SyncBuffer
 // the test. The log is JSON at debug level.
 func Start(t testing.TB, env ...string) *Sidecar {
 	t.Helper()
-	cfg, err := proxy.Load(env, true)
+	cfg, err := config.Load(env, true)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -48,7 +49,7 @@ func Start(t testing.TB, env ...string) *Sidecar {
 }
 
 // StartConfig runs a sidecar with a ready configuration.
-func StartConfig(t testing.TB, cfg *proxy.Config) *Sidecar {
+func StartConfig(t testing.TB, cfg *config.Config) *Sidecar {
 	t.Helper()
 	return StartWith(t, cfg, Options{})
 }
@@ -70,7 +71,7 @@ type Options struct {
 }
 
 // StartWith runs a sidecar with a ready configuration and options.
-func StartWith(t testing.TB, cfg *proxy.Config, o Options) *Sidecar {
+func StartWith(t testing.TB, cfg *config.Config, o Options) *Sidecar {
 	t.Helper()
 	var buf *SyncBuffer
 	out, level := o.Log, o.Level

@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"net/url"
@@ -7,7 +7,7 @@ import (
 )
 
 // A target's URL is a base URL, as an SDK takes it: the sidecar appends each request's path
-// after /v1 to it (README, Configuration reference: Targets). This file catches the base URLs
+// after /v1 to it (docs/configuration.md, Targets). This file catches the base URLs
 // that are likely mistakes.
 
 // apiOperations are the paths SDKs append to a base URL. A target URL that ends in one gets it
@@ -57,11 +57,11 @@ func hasVersionSegment(path string) bool {
 func withPath(u *url.URL, path string) string {
 	v := *u
 	v.Path, v.RawPath = path, ""
-	return maskURL(v.String())
+	return MaskURL(v.String())
 }
 
 // providerBases are the base paths well-known providers' SDKs use, by host: a target there
-// whose path starts with none of them gets a warning (README, Configuration reference: Targets,
+// whose path starts with none of them gets a warning (docs/configuration.md, Targets,
 // lists them). An Anthropic SDK's base URL has no /v1 (it adds /v1/messages itself), but a
 // target's URL does, since the sidecar appends the path after the client's /v1.
 var providerBases = []struct {

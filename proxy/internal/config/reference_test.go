@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 )
 
 // referencePage is the configuration reference: a table row per variable.
-const referencePage = "../docs/configuration.md"
+const referencePage = "../../../docs/configuration.md"
 
 // referenceRows returns the variable and default cells of the reference's table rows.
 func referenceRows(t *testing.T) map[string]string {

@@ -1,8 +1,6 @@
-package proxy
+package config
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -115,10 +113,7 @@ func TestLoadWarnsAboutAProviderHostWithoutItsBasePath(t *testing.T) {
 
 // Every provider the warning knows is listed in the configuration reference.
 func TestProviderBasesAreInTheReference(t *testing.T) {
-	b, err := os.ReadFile("../docs/configuration.md")
-	if errors.Is(err, fs.ErrNotExist) {
-		b, err = os.ReadFile("../README.md") // before the reference had a page of its own
-	}
+	b, err := os.ReadFile(referencePage)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,31 @@
-package proxy
+package config
 
 import "fmt"
 
+// Warning is a setting that loads but likely does not do what it was set for
+// (docs/configuration.md): a target URL on a well-known provider's host without the path its
+// SDKs use, or a setting that has no effect with the others.
+type Warning struct {
+	Variable string // the variable's name
+	Message  string // the whole line: the variable, its value masked as in errors, and why
+}
+
+func (w Warning) String() string { return w.Message }
+
+// warn records a warning about the variable name: one per variable, the first reason found.
+func (l *loader) warn(name, format string, args ...any) {
+	for _, w := range l.warnings {
+		if w.Variable == name {
+			return
+		}
+	}
+	l.warnings = append(l.warnings, Warning{Variable: name, Message: l.shown(name) + ": " + fmt.Sprintf(format, args...)})
+}
+
 // warnNoEffect warns about each setting that the rest of a valid configuration leaves without
-// effect (README, Configuration reference): it was likely set for something another setting
-// turns off. Only variables that are set (not empty) are named, each once, with the first
-// reason below; a setting that still changes anything, however little, is not named.
+// effect (docs/configuration.md): it was likely set for something another setting turns off.
+// Only variables that are set (not empty) are named, each once, with the first reason below; a
+// setting that still changes anything, however little, is not named.
 func (l *loader) warnNoEffect(c *Config) {
 	set := func(name string) bool { return l.vars[name] != "" }
 	tv := func(i int, field string) string { return fmt.Sprintf("%sTARGET_%d_%s", envPrefix, i, field) }
@@ -60,7 +80,8 @@ func (l *loader) warnNoEffect(c *Config) {
 		l.warn(envPrefix+"RESUME", "has no effect: no target is marked resumable; set FAILOVER_TARGET_<i>_RESUME on the targets a cut stream may continue on")
 	}
 
-	// Only sticky reads the header, and only round-robin and sticky weigh targets (selection.go).
+	// Only sticky reads the header, and only round-robin and sticky weigh targets (proxy's
+	// selection.go).
 	if s.Strategy != "sticky" && set(envPrefix+"STICKY_HEADER") {
 		l.warn(envPrefix+"STICKY_HEADER", "has no effect with FAILOVER_STRATEGY=%s: only sticky hashes it", s.Strategy)
 	}
@@ -100,7 +121,7 @@ func (l *loader) warnNoEffect(c *Config) {
 	}
 
 	// _AUTH says how the target's own key is sent; without one the client's credentials go
-	// upstream as they came, whatever _AUTH says (newTarget).
+	// upstream as they came, whatever _AUTH says (proxy's newTarget).
 	for i := range c.Targets {
 		if set(tv(i, "AUTH")) && !set(tv(i, "API_KEY")) && !set(tv(i, "API_KEY_FILE")) {
 			l.warn(tv(i, "AUTH"), "has no effect without a key: the client's own credentials are forwarded as they came; set %s or %s to send the target's",

@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"errors"
@@ -97,7 +97,7 @@ func TestLoadTargetRetries(t *testing.T) {
 	}
 }
 
-// TestLoadZeroCapsAreNoCap: "0 disables a limit" (README, Configuration reference), also for
+// TestLoadZeroCapsAreNoCap: "0 disables a limit" (docs/configuration.md), also for
 // the two caps, and -check says so rather than printing a cap or a timeout of 0s.
 func TestLoadZeroCapsAreNoCap(t *testing.T) {
 	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_BACKOFF_MAX=0", "FAILOVER_EJECT_MAX=0",
@@ -589,5 +589,16 @@ func TestLoadSuggestsEnumeratedValues(t *testing.T) {
 				t.Errorf("message lacks %q:\n%s", tc.want, msg)
 			}
 		})
+	}
+}
+
+// -check shows both settings.
+func TestCheckShowsRateLimitSettings(t *testing.T) {
+	c, err := Load([]string{"FAILOVER_TARGET_0_URL=https://api.openai.com/v1", "FAILOVER_RATELIMIT_FLOOR=0.05"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(); !strings.Contains(d, "\nFAILOVER_RATELIMIT_AWARE=true  FAILOVER_RATELIMIT_FLOOR=0.05\n") {
+		t.Errorf("-check:\n%s", d)
 	}
 }
