@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -636,11 +635,11 @@ func transportOf(err error) classify.Transport {
 		return classify.TransportTimeout
 	case errors.As(err, &dns):
 		return classify.TransportDNS
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case isRefused(err):
 		return classify.TransportRefused
 	case isDial && de.tls:
 		return classify.TransportTLS
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+	case isReset(err), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.Is(err, errBrokenChunk):
 		return classify.TransportReset
 	}
