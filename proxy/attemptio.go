@@ -76,10 +76,11 @@ func (ex *exchange) waitData(c *upConn, deadline, start time.Time) error {
 
 // waitIdle arms c's reads with deadline and the client and shutdown watchers (clientGone), and
 // waits for the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
-// read buffer while it waits. The reads that follow (a chunk's framing split across packets)
-// stay armed. start is the reading the wait starts from, as for waitData, but never zero.
+// read buffer while it waits, where the socket can wait without one (waitsUnbuffered). The reads
+// that follow (a chunk's framing split across packets) stay armed. start is the reading the wait
+// starts from, as for waitData, but never zero.
 func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
-	if c.rd.sock == nil || c.buffered() > 0 {
+	if !waitsUnbuffered || c.rd.sock == nil || c.buffered() > 0 {
 		return ex.waitData(c, deadline, start)
 	}
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)

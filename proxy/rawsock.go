@@ -268,6 +268,10 @@ func socketOf(c net.Conn) int {
 	return fd
 }
 
+// waitsUnbuffered: a wait for an upstream's next bytes holds no read buffer (rawSocket.awaitInput
+// reads nothing).
+const waitsUnbuffered = true
+
 // upSocket is what an upstream connection keeps of its TCP socket: the descriptor, for the
 // idle peek (idleInput). It is valid while the connection is open.
 type upSocket struct {

@@ -16,7 +16,7 @@ import (
 // It makes the same decisions, at a little more cost: a look at a socket that must not wait
 // (did the client leave? has an idle upstream connection anything to read?) is a read with a
 // deadline peekWait away, and what it finds is kept for the next read; a wait for an upstream's
-// next bytes reads one byte rather than none; every upstream request is written under a watch
+// next bytes holds a read buffer (waitsUnbuffered); every upstream request is written under a watch
 // (upConn.sendAwait), as a write that fills the send buffer is on Linux; an answer does not
 // wait for the client's next request in its last write (clientconn_portable.go).
 
@@ -24,6 +24,12 @@ import (
 // the deadline ends the wait for one that finds nothing. Far in the future against the few
 // instructions between setting it and the read, so that the read is tried before it passes.
 const peekWait = 50 * time.Microsecond
+
+// waitsUnbuffered: a wait for an upstream's next bytes holds a read buffer, as one on a TLS
+// connection does (exchange.waitIdle). Without one the wait must read a byte (awaitInput), and
+// the read that follows returns that byte alone; the wait comes again before every read, so a
+// committed stream would be read a byte per read, and a piped body sent a byte per write.
+const waitsUnbuffered = false
 
 // rawSocket reads and writes a TCP connection through the connection itself (its Linux
 // counterpart uses raw system calls). Owned by the connection's one reader and writer.
@@ -39,7 +45,8 @@ func (s *rawSocket) init(conn *net.TCPConn) { s.conn = conn }
 
 // awaitInput waits until the socket has something to read (data, its end or an error) or the
 // read deadline passes, which it returns: it reads one byte, which the next read returns first,
-// or keeps the error the read met for the next read to return.
+// or keeps the error the read met for the next read to return. waitIdle does not wait so on this
+// path (waitsUnbuffered).
 func (s *rawSocket) awaitInput() error {
 	if s.held || s.err != nil {
 		return nil
