@@ -12,8 +12,9 @@ import (
 	"github.com/llm-failover/failover/stream"
 )
 
-// clientGone reports whether the client closed its connection: a peek at its socket
-// (peerClosed), one non-blocking system call; once it says so, it says so for good (ex.gone).
+// clientGone reports whether the client closed its connection: a look at its socket that
+// does not wait (clientPeer.closed: on Linux one non-blocking peek, rawsock.go); once it says
+// so, it says so for good (ex.gone).
 //
 // It is how the client's departure is seen, the one test behind every wait. fasthttp gives no
 // signal while a handler runs, so whatever waits asks it at least every pollInterval, and
@@ -29,19 +30,19 @@ import (
 //
 // A committed stream also sees the client leave when a write to it fails (pipe.send).
 //
-// It writes ex.gone and ex.clientFD. It is called by the exchange's owner (see exchange), or by
+// It writes ex.gone and ex.client. It is called by the exchange's owner (see exchange), or by
 // a watch goroutine while the owner is blocked in the watched call and reads neither: the
 // owner reads them again only after watch.end, which waits for the watch goroutine to exit,
 // so the two never run at once and the watch's writes happen before the owner's reads. After
-// the hijack ctx is gone: startStream looks clientFD up before it.
+// the hijack ctx is gone: startStream looks the client up before it.
 func (ex *exchange) clientGone() bool {
 	if ex.gone {
 		return true
 	}
-	if ex.clientFD == -2 {
-		ex.clientFD = socketOf(ex.ctx.Conn())
+	if ex.client == peerUnknown {
+		ex.client = peerOf(ex.ctx.Conn())
 	}
-	ex.gone = peerClosed(ex.clientFD)
+	ex.gone = ex.client.closed()
 	return ex.gone
 }
 
@@ -75,10 +76,11 @@ func (ex *exchange) waitData(c *upConn, deadline, start time.Time) error {
 
 // waitIdle arms c's reads with deadline and the client and shutdown watchers (clientGone), and
 // waits for the upstream's next bytes unless some are buffered. On a plain TCP connection it holds no
-// read buffer while it waits. The reads that follow (a chunk's framing split across packets)
-// stay armed. start is the reading the wait starts from, as for waitData, but never zero.
+// read buffer while it waits, where the socket can wait without one (waitsUnbuffered). The reads
+// that follow (a chunk's framing split across packets) stay armed. start is the reading the wait
+// starts from, as for waitData, but never zero.
 func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
-	if c.raw == nil || c.buffered() > 0 {
+	if !waitsUnbuffered || c.rd.sock == nil || c.buffered() > 0 {
 		return ex.waitData(c, deadline, start)
 	}
 	c.rd.arm(deadline, ex.goneFn, ex.stopFn)

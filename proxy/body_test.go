@@ -41,12 +41,10 @@ func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	// As pool.connect builds a plain TCP connection: reads through the raw socket.
-	c := &upConn{conn: conn, fd: socketOf(conn)}
-	c.raw, _ = conn.(*net.TCPConn).SyscallConn()
-	c.sock.init(c.raw)
+	// As pool.connect builds a plain TCP connection: reads through its socket (rawSocket).
+	c := &upConn{conn: conn}
 	c.rd.conn = conn
-	c.rd.sock = &c.sock
+	c.attach(conn.(*net.TCPConn), true)
 	c.rd.arm(time.Now().Add(5*time.Second), nil, nil)
 	return c
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,17 +31,11 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	raw, err := tc.SyscallConn()
-	if err != nil {
+	c2, ok := newClientConn(tc, l.closing)
+	if !ok {
 		return c, nil
 	}
-	c2 := &clientConn{TCPConn: tc, raw: raw, conns: l.conns}
-	c2.readFn = c2.readInto
-	c2.sock.init(raw)
-	c2.sock.idle, c2.sock.stop = &c2.idle, l.closing
-	if c2.sock.stop == nil {
-		c2.sock.stop = new(atomic.Bool)
-	}
+	c2.conns = l.conns
 	l.conns.add(c2)
 	return c2, nil
 }
@@ -152,15 +144,15 @@ func (cs *clientConns) closeIdle() {
 // only then reads the rest through a buffer: two read syscalls for every request. Here the
 // one-byte read takes whatever has arrived (the whole request, as a rule) into a buffer lent
 // from a pool while it holds bytes, and the reads that follow are served from it: one syscall.
-// While the connection waits, it holds no buffer. Every other read goes to the socket. A
+// While the connection waits, it holds no buffer (on Linux; clientconn_portable.go says how the
+// portable path differs). Every other read goes to the socket. A
 // connection closed with bytes still read ahead (a request it never served) leaves its buffer
 // to the garbage collector: Close may run concurrently with Read (the server's shutdown).
 type clientConn struct {
 	*net.TCPConn
-	raw   syscall.RawConn
-	conns *clientConns // the list it is in while open (nil: none)
-	sock  rawSocket    // every other read and write
-	ahead *readAhead   // bytes read but not yet returned; nil when none
+	clientIO              // the socket's reads and writes: clientconn_raw.go on Linux, else clientconn_portable.go
+	conns    *clientConns // the list it is in while open (nil: none)
+	ahead    *readAhead   // bytes read but not yet returned; nil when none
 	// pending are bytes of the client's next requests that fasthttp had read before a stream
 	// hijacked the connection (a pipelining client), given back by reclaim: read first.
 	pending    []byte
@@ -202,14 +194,6 @@ type clientConn struct {
 	head       headScan // the request head being read, for a bare LF
 	bareLF     bool     // the head had one: every read fails with errBareLF
 
-	// The read-ahead's RawConn callback, made once (a closure per read would allocate), and
-	// what it reports.
-	readFn func(fd uintptr) bool
-	got    *readAhead
-	n      int
-	rerr   error
-	// empty counts the request reads that found nothing and waited: what writeAwait saves.
-	empty atomic.Int64
 	// lent holds the body of the answer fasthttp writes after the handler returns (lendBody),
 	// in its holder from bodyBuffers; nil when none. Atomic: Close may run on another
 	// goroutine (Shutdown's), though only once the answer is written.
@@ -311,56 +295,6 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// read is Read without the head scan.
-func (c *clientConn) read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		if c.pending = c.pending[n:]; len(c.pending) == 0 {
-			c.pending = nil
-		}
-		return n, nil
-	}
-	if a := c.ahead; a != nil {
-		n := copy(p, a.b[a.off:a.end])
-		a.off += n
-		if a.off == a.end {
-			c.ahead = nil
-			readAheads.Put(a)
-		}
-		return n, nil
-	}
-	if len(p) != 1 {
-		n, err := c.sock.read(p)
-		if err != nil && err != io.EOF {
-			err = c.opError("read", err)
-		}
-		return n, err
-	}
-	c.idle.Store(true)
-	err := c.raw.Read(c.readFn)
-	c.idle.Store(false)
-	a, n, rerr := c.got, c.n, c.rerr
-	c.got, c.rerr = nil, nil
-	switch {
-	case err != nil: // the read deadline, or the connection closed under the read
-		return 0, c.opError("read", err)
-	case rerr != nil:
-		readAheads.Put(a)
-		return 0, c.opError("read", os.NewSyscallError("read", rerr))
-	case n <= 0:
-		readAheads.Put(a)
-		return 0, io.EOF
-	}
-	p[0] = a.b[0]
-	if n == 1 {
-		readAheads.Put(a)
-	} else {
-		a.off, a.end = 1, n
-		c.ahead = a
-	}
-	return 1, nil
-}
-
 // errReclaimed ends reclaim's reads where they would reach the socket.
 var errReclaimed = errors.New("reclaimed")
 
@@ -446,32 +380,6 @@ func (c *clientConn) reclaim(hijacked io.Reader) bool {
 	}
 }
 
-// readInto is the RawConn.Read callback of a one-byte read: it reads what has arrived into a
-// lent buffer, or gives the buffer back and asks to wait when nothing has.
-func (c *clientConn) readInto(fd uintptr) bool {
-	a := readAheads.Get().(*readAhead)
-	n, e := sysRead(fd, a.b[:])
-	for e == syscall.EINTR {
-		n, e = sysRead(fd, a.b[:])
-	}
-	var err error
-	switch e {
-	case syscall.EAGAIN:
-		readAheads.Put(a) // nothing yet: wait for the socket without the buffer
-		c.empty.Add(1)
-		c.foundNone = true
-		return false
-	case 0:
-	default:
-		n, err = -1, e
-	}
-	c.got, c.n, c.rerr = a, n, err
-	if n > 0 {
-		c.lineFamily = requestLineFamily(a.b[:n])
-	}
-	return true
-}
-
 // requestLineFamily is the family of the path in the request line at the start of b (Other
 // when b holds no whole one, or an absolute URI).
 func requestLineFamily(b []byte) stream.Family {
@@ -485,66 +393,6 @@ func requestLineFamily(b []byte) stream.Family {
 		return stream.Other
 	}
 	return familyOf(target[:end])
-}
-
-// Write writes all of p (see rawSocket). The write that ends an answer armed by awaitAfter
-// also waits for the client's next request (writeAwait).
-func (c *clientConn) Write(p []byte) (int, error) {
-	c.wrote = true
-	if h := c.answer; h != nil && len(p) < writeBufferSize {
-		// fasthttp writes an answer through a bufio.Writer of writeBufferSize: every write
-		// before the last is a full buffer or more, and the last (the flush) is shorter, as
-		// a rule. One of exactly the buffer's size, or a body written past the buffer, is
-		// not told from the ones before it: that answer ends without the wait.
-		c.answer = nil
-		if !h.ConnectionClose() && c.ahead == nil && len(c.pending) == 0 {
-			return c.writeAwait(p)
-		}
-	}
-	n, err := c.sock.write(p)
-	if err != nil {
-		err = c.opError("write", err)
-	}
-	return n, err
-}
-
-// writeAwait writes the end of an answer and waits, in the same call, until the client's next
-// request arrives (or the connection ends, or the read deadline passes), so that the read that
-// follows finds it. Without the wait, fasthttp's read of the next request's first byte would
-// look first and find nothing, as the client sends it only once it has the answer: a system
-// call for nothing on every keep-alive request (600 ns on the VM of BENCHMARKS.md), which
-// nginx does not make. The connection counts as idle while it waits (Server.Shutdown closes
-// it); whatever ended the wait, the read that follows finds it. A request that arrived before
-// the wait began is not seen by it (the poller forgets it as the wait begins): answers wait only
-// for clients that wait for them (sequential), and endLongWaits bounds the rest.
-func (c *clientConn) writeAwait(p []byte) (int, error) {
-	c.waitMu.Lock()
-	c.awaiting = true
-	c.waits++
-	c.waitMu.Unlock()
-	n, _, err := c.sock.sendAwait(p, time.Time{})
-	c.idle.Store(false)
-	c.wokeByData = c.sock.woke
-	c.waitMu.Lock()
-	c.awaiting = false
-	poked := c.poked
-	c.poked = false
-	c.waitMu.Unlock()
-	c.afterPoke = poked
-	if poked {
-		// endLongWaits set a read deadline in the past: the next one fasthttp sets must reach
-		// the socket (SetReadDeadline keeps one that is close enough to the last it set).
-		c.rset = time.Time{}
-	}
-	if err == nil && n < len(p) { // a full send buffer: wait for room as any write does
-		var m int
-		m, err = c.sock.write(p[n:])
-		n += m
-	}
-	if err != nil {
-		err = c.opError("write", err)
-	}
-	return n, err
 }
 
 // atRequestEnd reports whether this request's answer may wait for the next request: the
@@ -573,11 +421,6 @@ func (c *clientConn) Close() error {
 	c.takeBack()
 	c.conns.remove(c)
 	return c.TCPConn.Close()
-}
-
-// opError wraps err as net.TCPConn's Read and Write would.
-func (c *clientConn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // SetReadDeadline leaves the deadline where it is when t is less than deadlineSlack later:

@@ -159,6 +159,50 @@ func TestStreamToAClientThatStopsReading(t *testing.T) {
 	}
 }
 
+// An answer piped to the client as it comes (a body larger than FAILOVER_MAX_RESPONSE_BYTES)
+// goes out in writes of about a read each (the upstream reader holds 4 KiB), on either socket
+// path: not a write per byte, as it would by a wait between reads that reads a byte itself and
+// hands it on alone (rawsock_portable.go, waitsUnbuffered).
+func TestAPipedBodyGoesOutInFewWrites(t *testing.T) {
+	var chunks []pt.Chunk
+	for _, c := range "abc" {
+		chunks = append(chunks, pt.Chunk{Data: strings.Repeat(string(c), 20000), Delay: 50 * time.Millisecond})
+	}
+	up := upstream(t, pt.Step{Header: []string{"Content-Type: application/json"}, Chunks: chunks})
+	s := start(t, append(targets(up.URL), "FAILOVER_MAX_RESPONSE_BYTES=1KiB")...)
+	c := dial(t, s.Addr)
+	rawPost(t, c, "HTTP/1.1", chatBody)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 || resp.TransferEncoding == nil {
+		t.Fatalf("%v, %v: want a 200 with a chunked body", resp, err)
+	}
+	// The chunks on the wire, counted from the client's connection: http.ReadResponse took the
+	// head, and its body reader is not used (closing it would read the body).
+	writes, body := 0, 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d chunks: %v", writes, err)
+		}
+		size, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil {
+			t.Fatalf("chunk size line %q: %v", line, err)
+		}
+		if _, err := br.Discard(int(size) + 2); err != nil {
+			t.Fatal(err)
+		}
+		if size == 0 {
+			break
+		}
+		writes++
+		body += int(size)
+	}
+	if most := 60000 / 1024; body != 60000 || writes > most {
+		t.Fatalf("%d bytes in %d chunks, want 60000 in at most %d", body, writes, most)
+	}
+}
+
 // The write deadline a stream sets on the client's connection goes with the stream: the
 // connection's next request, after a pause longer than FAILOVER_IDLE_TIMEOUT, is answered.
 func TestStreamWriteDeadlineDoesNotOutliveTheStream(t *testing.T) {

@@ -132,7 +132,7 @@ type exchange struct {
 	pipe            pipe
 	resume          *resumption // what a stream that may be resumed keeps (resume.go); nil until one was
 
-	clientFD int // the client's socket, -2 until looked up
+	client   clientPeer // the client's connection as clientGone looks at it; peerUnknown until looked up
 	gone     bool
 	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
 	stopFn   func() bool
@@ -145,7 +145,7 @@ type exchange struct {
 }
 
 func newExchange(s *Server) *exchange {
-	ex := &exchange{srv: s, clientFD: -2}
+	ex := &exchange{srv: s, client: peerUnknown}
 	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.mayFit
 	return ex
 }
@@ -187,7 +187,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.traceID = append(ex.traceID[:0], traceIDOf(parent)...)
 	ex.ledger.reset()
 	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
-	ex.waited, ex.committedStream, ex.gone, ex.clientFD, ex.tokenHeader = 0, false, false, -2, nil
+	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, peerUnknown, nil
 	ex.conn = nil
 }
 

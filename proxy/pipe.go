@@ -86,8 +86,8 @@ func (ex *exchange) startStream(a *attempt) {
 		h.SetConnectionClose()
 	}
 	p.head = h.AppendBytes(p.head[:0])
-	if ex.clientFD == -2 {
-		ex.clientFD = socketOf(ctx.Conn())
+	if ex.client == peerUnknown {
+		ex.client = peerOf(ctx.Conn())
 	}
 	if a.sse && ex.srv.cfg.Resume.On() {
 		p.res = ex.prepareResume() // nil unless the request may be resumed
@@ -122,7 +122,7 @@ func (ex *exchange) serveStream(c net.Conn) {
 			// The client connection itself is served, not fasthttp's wrapper of it: the next
 			// stream's hijack would wrap that wrapper, one level deeper per stream for as long
 			// as the client keeps the connection, and the handler's ctx.Conn() would hide the
-			// socket that tells when the client leaves (socketOf).
+			// socket that tells when the client leaves (peerOf).
 			if !cc.reclaim(c) {
 				c.Close()
 				return

@@ -1,12 +1,22 @@
+//go:build linux && !failover_portable
+
 package proxy
 
 import (
 	"io"
+	"net"
 	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
+
+// The socket layer on Linux: reads, writes and waits with raw system calls on the socket
+// under a net.Conn (rawSocket), and peeks that see a peer leave without reading (hasInput,
+// peerClosed). rawsock_portable.go does the same jobs with the standard library alone, for
+// other systems and for Linux built with the tag failover_portable; clientconn_raw.go and
+// clientconn_portable.go are the client connection's half of the pair.
 
 // rawSocket reads and writes a TCP socket through its syscall.RawConn with raw system calls.
 //
@@ -209,3 +219,90 @@ func (s *rawSocket) writeAll(fd uintptr) bool {
 	}
 	return true
 }
+
+// hasInput reports whether the socket has data, an end or an error to read (false when a read
+// would block), without reading it: one non-blocking peek.
+func hasInput(fd uintptr) bool {
+	var buf [1]byte
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return errno != syscall.EAGAIN
+}
+
+// peerClosed reports whether the peer of a socket has closed or reset it, without blocking
+// and without consuming data: a MSG_PEEK read that returns 0 bytes means an orderly close.
+// The socket is already non-blocking (Go's poller), and MSG_DONTWAIT makes sure of it. It is
+// for the client's connection, on which bytes waiting (a pipelined request) are no close; an
+// idle upstream connection with anything waiting is spent (upConn.spent).
+func peerClosed(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	var buf [1]byte
+	n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	switch {
+	case errno == syscall.EAGAIN || errno == syscall.EINTR:
+		return false
+	case errno != 0:
+		return true // reset or another socket error: the peer is gone
+	}
+	return n == 0
+}
+
+// socketOf returns the descriptor under a connection, or -1 when there is none to peek.
+// The descriptor stays owned by the connection: it must not be used after the connection closes.
+func socketOf(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	if raw.Control(func(s uintptr) { fd = int(s) }) != nil {
+		return -1
+	}
+	return fd
+}
+
+// waitsUnbuffered: a wait for an upstream's next bytes holds no read buffer (rawSocket.awaitInput
+// reads nothing).
+const waitsUnbuffered = true
+
+// upSocket is what an upstream connection keeps of its TCP socket: the descriptor, for the
+// idle peek (idleInput). It is valid while the connection is open.
+type upSocket struct {
+	fd int // -1: none to peek
+}
+
+// attach gives c its TCP socket tcp (under TLS when plain is false): the descriptor for the
+// idle peek and, on a plain TCP connection, reads, writes and waits through the raw socket.
+func (c *upConn) attach(tcp *net.TCPConn, plain bool) {
+	c.fd = socketOf(tcp)
+	if !plain {
+		return
+	}
+	if raw, err := tcp.SyscallConn(); err == nil {
+		c.sock.init(raw)
+		c.rd.sock = &c.sock
+	}
+}
+
+// idleInput reports whether an idle connection's socket has anything to read (bytes, the end
+// or an error): one non-blocking peek, which reads nothing.
+func (c *upConn) idleInput() bool { return c.fd >= 0 && hasInput(uintptr(c.fd)) }
+
+// clientPeer is the client's socket descriptor, which clientGone peeks (peerClosed): -1 when
+// the connection has none, peerUnknown until it is looked up.
+type clientPeer int
+
+const peerUnknown clientPeer = -2
+
+// peerOf looks up the socket of the client connection c.
+func peerOf(c net.Conn) clientPeer { return clientPeer(socketOf(c)) }
+
+// closed reports whether the client closed or reset its connection (peerClosed).
+func (p clientPeer) closed() bool { return peerClosed(int(p)) }

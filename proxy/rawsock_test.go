@@ -1,3 +1,5 @@
+//go:build linux && !failover_portable
+
 package proxy
 
 import (
@@ -12,6 +14,10 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 )
+
+// portableSockets: this build uses the raw socket path (rawsock.go); rawsock_portable_test.go
+// tests the portable one.
+const portableSockets = false
 
 // rawPair returns a rawSocket on one end of a loopback connection, that end, and the peer.
 func rawPair(t *testing.T) (*rawSocket, *net.TCPConn, *net.TCPConn) {

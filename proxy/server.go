@@ -17,6 +17,11 @@
 //	pipe.go       a committed stream or large body, piped on its own goroutine
 //	resume.go     a cut stream continued on another target (FAILOVER_RESUME)
 //	upstream.go   connections to targets, their pool, and the reads that wait in slices (pollReader)
+//
+// The socket layer beneath them has two builds: raw system calls on Linux (rawsock.go,
+// clientconn_raw.go), and the standard library's net.Conn elsewhere (rawsock_portable.go,
+// clientconn_portable.go), which the build tag failover_portable forces on Linux to test it
+// (README, Development). The two decide alike; only the cost differs.
 package proxy
 
 import (

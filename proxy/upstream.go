@@ -10,9 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -52,11 +50,12 @@ const (
 
 // upConn is one connection to a target. Owned by one attempt at a time.
 type upConn struct {
-	conn      net.Conn        // what HTTP goes through (*net.TCPConn or *tls.Conn)
-	fd        int             // the TCP socket, for a non-blocking "closed by peer?" peek; valid while conn is open
-	raw       syscall.RawConn // the TCP socket for waiting without a buffer; nil under TLS (tls.Conn buffers itself)
-	rd        pollReader
-	sock      rawSocket     // reads and writes on raw; unused under TLS
+	conn     net.Conn // what HTTP goes through (*net.TCPConn or *tls.Conn)
+	upSocket          // the TCP socket under conn, for the idle peek (idleInput; see attach)
+	rd       pollReader
+	// sock reads and writes the TCP socket and waits on it without a buffer; unused under TLS
+	// (tls.Conn buffers itself), where rd.sock is nil.
+	sock      rawSocket
 	br        *bufio.Reader // reads through rd; lent from readerPool while it holds bytes or a read runs
 	idleSince time.Time
 	reused    bool
@@ -218,15 +217,6 @@ func (r *pollReader) waitReadable() error {
 	}
 }
 
-// hasInput reports whether the socket has data, an end or an error to read (false when a read
-// would block), without reading it: one non-blocking peek.
-func hasInput(fd uintptr) bool {
-	var buf [1]byte
-	_, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), 1,
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	return errno != syscall.EAGAIN
-}
-
 // slice sets the read deadline for the next slice of a wait, which starts now, or reports
 // errDeadline. now must come after the last read that may have waited: a reading taken
 // before it would set the slice's deadline early (never past the wait's own deadline) and
@@ -311,7 +301,7 @@ func newPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 // before the first response and is read with it (README, Three actions, never confused).
 func (c *upConn) spent(now time.Time) bool {
 	idle := now.Sub(c.idleSince)
-	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && c.fd >= 0 && hasInput(uintptr(c.fd))
+	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && c.idleInput()
 }
 
 // get returns a live idle connection or dials a new one; a dial ends early, with their
@@ -478,7 +468,7 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 		return nil, &dialError{err: errors.New("not a TCP connection")}
 	}
 	tcp.SetNoDelay(true)
-	c := &upConn{conn: conn, fd: socketOf(tcp)}
+	c := &upConn{conn: conn}
 	if p.tlsConfig != nil {
 		tc := tls.Client(conn, p.tlsConfig)
 		tc.SetDeadline(deadline)
@@ -490,13 +480,7 @@ func (p *pool) connect(ctx context.Context, deadline time.Time) (*upConn, error)
 		c.conn = tc
 	}
 	c.rd.conn = c.conn
-	if p.tlsConfig == nil {
-		if raw, err := tcp.SyscallConn(); err == nil {
-			c.raw = raw
-			c.sock.init(raw)
-			c.rd.sock = &c.sock
-		}
-	}
+	c.attach(tcp, p.tlsConfig == nil)
 	return c, nil
 }
 
@@ -548,11 +532,12 @@ func writeRequest(c *upConn, head, body []byte, deadline, now time.Time, gone, s
 // sendAwait writes p: at once when the socket takes it whole, as it takes a request up to
 // maxCopiedBody but for a target that has stopped reading, and then waits for the answer in
 // the same call (rawSocket.sendAwait), sent telling when p was written; else it waits for
-// room for the rest, watched by gone and stop, and how long it waited is returned. Under TLS
-// (no raw socket to try) the write is neither watched nor timed, and the wait is the
+// room for the rest, watched by gone and stop, and how long it waited is returned (on the
+// portable path the socket never takes p at once: all of it is written so). Under TLS (no
+// socket of its own, rd.sock nil) the write is neither watched nor timed, and the wait is the
 // caller's.
 func (c *upConn) sendAwait(p []byte, now time.Time, gone, stop func() bool) (waited time.Duration, sent time.Time, err error) {
-	if c.raw == nil {
+	if c.rd.sock == nil {
 		_, err = c.conn.Write(p)
 		return 0, time.Time{}, err
 	}
@@ -650,11 +635,11 @@ func transportOf(err error) classify.Transport {
 		return classify.TransportTimeout
 	case errors.As(err, &dns):
 		return classify.TransportDNS
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case isRefused(err):
 		return classify.TransportRefused
 	case isDial && de.tls:
 		return classify.TransportTLS
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+	case isReset(err), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.Is(err, errBrokenChunk):
 		return classify.TransportReset
 	}
@@ -663,43 +648,4 @@ func transportOf(err error) classify.Transport {
 		return classify.TransportReset
 	}
 	return classify.TransportOther
-}
-
-// peerClosed reports whether the peer of a socket has closed or reset it, without blocking
-// and without consuming data: a MSG_PEEK read that returns 0 bytes means an orderly close.
-// The socket is already non-blocking (Go's poller), and MSG_DONTWAIT makes sure of it. It is
-// for the client's connection, on which bytes waiting (a pipelined request) are no close; an
-// idle upstream connection with anything waiting is spent (upConn.spent).
-func peerClosed(fd int) bool {
-	if fd < 0 {
-		return false
-	}
-	var buf [1]byte
-	n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), 1,
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	switch {
-	case errno == syscall.EAGAIN || errno == syscall.EINTR:
-		return false
-	case errno != 0:
-		return true // reset or another socket error: the peer is gone
-	}
-	return n == 0
-}
-
-// socketOf returns the descriptor under a connection, or -1 when there is none to peek.
-// The descriptor stays owned by the connection: it must not be used after the connection closes.
-func socketOf(c net.Conn) int {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return -1
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return -1
-	}
-	fd := -1
-	if raw.Control(func(s uintptr) { fd = int(s) }) != nil {
-		return -1
-	}
-	return fd
 }

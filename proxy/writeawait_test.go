@@ -13,34 +13,6 @@ import (
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
-// The write that ends an answer waits for the client's next request: the read of that
-// request's first byte finds it, rather than looking once for nothing and then waiting. A
-// request whose body came chunked is read with more bytes than its body holds, so its answer
-// does not wait, and the read after it looks once for nothing: the count this test reads
-// counts what it should.
-func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
-	srv, addr := startCannedServer(t)
-	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	s := dialRaw(t, addr)
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
-	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
-		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
-	s.roundTrip(s.req, "the first answer")
-	cc := onlyClientConn(t, srv)
-	base := cc.empty.Load() // the reads before the first answers: they do not wait (not yet sequential)
-	for i := range 4 {
-		s.roundTrip(s.req, "answer "+strconv.Itoa(i))
-	}
-	if n := cc.empty.Load() - base; n != 0 {
-		t.Fatalf("%d reads of a next request found nothing after answers that wait for it", n)
-	}
-	s.roundTrip(chunked, "the chunked request's answer") // it does not wait
-	s.roundTrip(s.req, "the answer after it")
-	if n := cc.empty.Load() - base; n != 1 {
-		t.Fatalf("%d reads found nothing after an answer that does not wait, want 1", n)
-	}
-}
-
 // onlyClientConn returns the one client connection srv has open.
 func onlyClientConn(t *testing.T, srv *Server) *clientConn {
 	t.Helper()
@@ -96,35 +68,6 @@ func TestClientConnectionsAreListedWhileOpen(t *testing.T) {
 		t.Fatalf("reading to the connection's end: %v", err)
 	}
 	waitListed(1)
-}
-
-// A connection whose client sends nothing after an answer does not keep waiting in the
-// answer's write, which holds fasthttp's write buffer: endLongWaits ends the wait, the
-// connection waits for its next request as it did before (a read that looks once first), and
-// serves it: the past read deadline that ended the wait is not left on the socket.
-func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
-	srv, addr := startSlowServer(t, 0, 20*time.Millisecond)
-	s := dialRaw(t, addr)
-	s.roundTrip(s.req, "the first answer") // does not wait: the client has not yet shown it waits for answers
-	cc := onlyClientConn(t, srv)
-	for i := range 3 {
-		s.sendRaw(s.req)
-		s.answer("answer " + strconv.Itoa(i))
-		before := cc.empty.Load()
-		// Ended within two ticks; then the read for the next request looks once and waits.
-		for deadline := time.Now().Add(5 * time.Second); cc.empty.Load() == before; {
-			if time.Now().After(deadline) {
-				t.Fatalf("after answer %d the connection still waits in the answer's write", i)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		cc.waitMu.Lock()
-		awaiting := cc.awaiting
-		cc.waitMu.Unlock()
-		if awaiting {
-			t.Fatalf("after answer %d: a wait in the answer's write goes on", i)
-		}
-	}
 }
 
 // startScripted starts a sidecar whose one target plays steps (the last one again and again),
@@ -311,38 +254,5 @@ func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
 	srv.Shutdown(t.Context()) // the connection's goroutine is done with it: its fields may be read
 	if cc.sequential {
 		t.Fatal("a client that sent a request before its answer still counts as one that waits")
-	}
-}
-
-// A client that waits for its answers, then sends pairs of requests (the second while the
-// handler of the first waits for the target), with an idle gap before each pair: the wait
-// after the first pair's first answer misses the second request, and is ended within two
-// looks (2 s here); the client is then remembered as one that pipelines, and no later pair's
-// request waits for a look, though the gap before each pair makes its first read find nothing.
-func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
-	srv, addr := startSlowServer(t, 150*time.Millisecond, time.Second)
-	s := dialRaw(t, addr)
-	for i := range 2 {
-		s.send()
-		s.answer("sequential answer " + strconv.Itoa(i))
-		time.Sleep(20 * time.Millisecond)
-	}
-	for i := range 4 {
-		s.send()
-		time.Sleep(50 * time.Millisecond) // read; its answer waits for the target
-		s.send()
-		s.answer("the first answer of pair " + strconv.Itoa(i))
-		begin := time.Now()
-		s.answer("the second answer of pair " + strconv.Itoa(i))
-		// 150 ms at the target; a missed request waits one look at least (1 s).
-		if took := time.Since(begin); i > 0 && took > 900*time.Millisecond {
-			t.Fatalf("pair %d: the second answer took %v", i, took)
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
-	cc := onlyClientConn(t, srv)
-	srv.Shutdown(t.Context()) // the connection's goroutine is done with it: its fields may be read
-	if !cc.pipelines {
-		t.Fatal("a client whose request a wait missed is not remembered as one that pipelines")
 	}
 }

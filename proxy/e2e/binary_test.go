@@ -24,13 +24,17 @@ import (
 
 var binary string
 
+// buildFlags are added to the binary's go build: the tests' own build tags (portable_test.go).
+var buildFlags []string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "failover-e2e")
 	if err != nil {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "failover")
-	build := exec.Command("go", "build", "-o", binary, "../..")
+	args := append(append([]string{"build"}, buildFlags...), "-o", binary, "../..")
+	build := exec.Command("go", args...)
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binary:", err)

@@ -26,7 +26,7 @@ type deafTarget struct {
 
 func newDeafTarget(t *testing.T) *deafTarget {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return c.Control(func(fd uintptr) { setReceiveBuffer(fd, 4096) })
 	}}
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {

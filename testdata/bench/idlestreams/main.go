@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command idlestreams measures the sidecar's resident memory per idle committed stream: it
 // starts an upstream on loopback that opens every chat stream (the role chunk and one content
 // chunk) and then stays silent, starts the sidecar binary pointed at it with a long idle
