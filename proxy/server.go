@@ -37,6 +37,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/procs"
 )
 
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
@@ -230,6 +231,12 @@ func (s *Server) retireWorkers(now time.Time) {
 
 // ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
+
+// AdaptProcs runs the processor control (package procs) until Shutdown: half the runtime's
+// default processors while few requests are in flight, all of them while many are. The caller
+// (main) calls it only when GOMAXPROCS is not set in the environment. It reports the count it
+// started at, 0 when there is nothing to control.
+func (s *Server) AdaptProcs() int { return procs.Adapt(s.quit, &s.metrics.inflight, &s.metrics.procs) }
 
 // Shutdown stops accepting at once, lets in-flight requests and streams finish until ctx
 // ends, then ends what remains: a committed stream gets the family's interrupted-stream error,
