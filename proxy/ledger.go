@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // Phase is how far an attempt got relative to the client (README, The request record).
@@ -98,7 +99,7 @@ func (l *Ledger) AppendJSON(b []byte) []byte {
 		b = append(b, `{"attempt":`...)
 		b = strconv.AppendInt(b, int64(i+1), 10)
 		b = append(b, `,"target":`...)
-		b = appendJSONStr(b, r.target)
+		b = jsonscan.AppendQuote(b, r.target)
 		if r.status != 0 {
 			b = append(b, `,"status":`...)
 			b = strconv.AppendInt(b, int64(r.status), 10)
@@ -207,7 +208,7 @@ type requestRecord exchange
 func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	ex := (*exchange)(r)
 	b = append(b, `"request_id":`...)
-	b = appendJSONStr(b, b2s(ex.requestID))
+	b = jsonscan.AppendQuote(b, b2s(ex.requestID))
 	if len(ex.traceID) > 0 { // lower-case hex (traceIDOf): nothing to escape
 		b = append(b, `,"trace_id":"`...)
 		b = append(b, ex.traceID...)
@@ -216,7 +217,7 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	b = append(b, `,"family":"`...)
 	b = append(b, ex.family.String()...)
 	b = append(b, `","path":`...)
-	b = appendJSONStr(b, b2s(ex.logPath()))
+	b = jsonscan.AppendQuote(b, b2s(ex.logPath()))
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, ex.streaming)
 	b = append(b, `,"outcome":"`...)
@@ -227,15 +228,15 @@ func (r *requestRecord) AppendJSONFields(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(ex.ledger.n), 10)
 	if len(ex.model) > 0 {
 		b = append(b, `,"model":`...)
-		b = appendJSONStr(b, b2s(ex.logModel()))
+		b = jsonscan.AppendQuote(b, b2s(ex.logModel()))
 	}
 	if m := ex.logServedModel(); m != nil {
 		b = append(b, `,"served_model":`...)
-		b = appendJSONStr(b, b2s(m))
+		b = jsonscan.AppendQuote(b, b2s(m))
 	}
 	if ex.servedBy != nil {
 		b = append(b, `,"target":`...)
-		b = appendJSONStr(b, ex.servedBy.Name)
+		b = jsonscan.AppendQuote(b, ex.servedBy.Name)
 	}
 	b = append(b, `,"duration_ms":`...)
 	b = appendMillis(b, ex.duration)

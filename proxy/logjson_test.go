@@ -211,45 +211,6 @@ func TestStampMatchesRFC3339Nano(t *testing.T) {
 	}
 }
 
-// appendJSONStr writes each string as a JSON string that reads back as encoding/json's
-// writing of it does (invalid UTF-8 replaced byte by byte), with the byte to escape at every
-// place around the eight-byte steps.
-func TestAppendJSONStrReadsBack(t *testing.T) {
-	check := func(s string) {
-		t.Helper()
-		var ours, theirs string
-		if err := json.Unmarshal(appendJSONStr(nil, s), &ours); err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		want, _ := json.Marshal(s)
-		if err := json.Unmarshal(want, &theirs); err != nil || ours != theirs {
-			t.Fatalf("%q: reads back as %q, want %q", s, ours, theirs)
-		}
-	}
-	for _, special := range []string{`"`, `\`, "\x00", "\x1f", "\x7f", "é", "\xff", "\u2028", "日"} {
-		for n := range 20 {
-			for at := 0; at <= n; at++ {
-				check(strings.Repeat("a", at) + special + strings.Repeat("b", n-at))
-			}
-		}
-	}
-}
-
-func FuzzAppendJSONStr(f *testing.F) {
-	f.Add("4bf92f3577b34da6a3ce929d0e0e4736")
-	f.Add("/v1/chat/\"completions\"\x00\xff")
-	f.Fuzz(func(t *testing.T, s string) {
-		var ours, theirs string
-		want, _ := json.Marshal(s)
-		if err := json.Unmarshal(appendJSONStr(nil, s), &ours); err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		if json.Unmarshal(want, &theirs); ours != theirs {
-			t.Fatalf("%q: reads back as %q, want %q", s, ours, theirs)
-		}
-	})
-}
-
 // The request record written by the JSON handler's own way (logRequest) is the line slog's
 // way through Handle writes: with attributes and groups from With and WithGroup too.
 func TestRequestRecordEitherWay(t *testing.T) {

@@ -338,7 +338,7 @@ func (ex *exchange) continuationBody(form resumeMode) {
 	r := ex.resume
 	b := append(r.cont[:0], r.body[:r.msgEnd]...)
 	b = append(b, `,{"role":"assistant","content":`...)
-	b = appendJSONStr(b, b2s(r.tr.Prefill()))
+	b = jsonscan.AppendQuote(b, b2s(r.tr.Prefill()))
 	if form == resumePrefix {
 		b = append(b, `,"prefix":true`...)
 	}

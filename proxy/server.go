@@ -38,6 +38,7 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/procs"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
@@ -152,7 +153,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.metrics = newServerMetrics(s.targets, s.clock, opts.Build)
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
-	s.instruction = appendJSONStr(nil, cfg.Resume.instruction())
+	s.instruction = jsonscan.AppendQuote(nil, cfg.Resume.instruction())
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
 	s.maxResponse = int(cfg.Server.MaxResponseBytes)
 	s.peek = int(cfg.Server.PeekBytes)
