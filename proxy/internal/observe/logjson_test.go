@@ -1,19 +1,15 @@
-package proxy
+package observe
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/lmittmann/tint"
 
 	"github.com/llm-failover/failover/proxy/proxytest"
 )
@@ -59,65 +55,6 @@ func TestJSONHandlerMatchesSlog(t *testing.T) {
 	}
 }
 
-func testExchange() *exchange {
-	s := &Server{}
-	ex := newExchange(s)
-	ex.requestID = []byte("req-1")
-	ex.path = []byte("/v1/chat/completions")
-	ex.model = []byte("gpt-4o")
-	ex.outcome, ex.status, ex.duration = OutcomeOKAfterFailover, 200, 1234*time.Microsecond
-	ex.servedBy = &Target{Name: "second"}
-	ex.ledger.add(attemptRecord{target: "first", status: 503, duration: time.Millisecond})
-	ex.ledger.add(attemptRecord{target: "second", status: 200, duration: 2 * time.Millisecond})
-	return ex
-}
-
-func TestRequestRecordIsFlatJSON(t *testing.T) {
-	var buf bytes.Buffer
-	slog.New(NewJSONHandler(&buf, slog.LevelInfo)).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
-	var rec map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
-		t.Fatalf("%v: %s", err, buf.String())
-	}
-	if rec["msg"] != "request" || rec["request_id"] != "req-1" || rec["outcome"] != "ok_after_failover" || rec["target"] != "second" ||
-		rec["duration_ms"].(float64) != 1.234 || len(rec["ledger"].([]any)) != 2 {
-		t.Fatalf("record %v", rec)
-	}
-}
-
-func TestRequestRecordInTextLog(t *testing.T) {
-	var buf bytes.Buffer
-	slog.New(tint.NewTextHandler(&buf, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(testExchange())))
-	out := buf.String()
-	for _, want := range []string{"request_id=req-1", "outcome=ok_after_failover", "target=second", "1:first 503", "2:second 200"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text record lacks %q: %s", want, out)
-		}
-	}
-}
-
-func TestLedgerListsAtMost32Attempts(t *testing.T) {
-	var l Ledger
-	for i := range 40 {
-		l.add(attemptRecord{target: "t" + strconv.Itoa(i), status: 503})
-	}
-	var doc []map[string]any
-	if err := json.Unmarshal(l.AppendJSON(nil), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc) != 33 || doc[31]["target"] != "t31" || doc[32]["more_attempts"].(float64) != 8 {
-		t.Fatalf("%d entries: first %v, last %v", len(doc), doc[0], doc[len(doc)-1])
-	}
-	if text := string(l.AppendText(nil)); !strings.Contains(text, "32:t31 503") || !strings.HasSuffix(text, "+8 more") {
-		t.Fatalf("text: %s", text)
-	}
-	l.reset()
-	l.add(attemptRecord{target: "again"})
-	if l.n != 1 || len(l.more) != 0 || l.last().target != "again" {
-		t.Fatal("reset did not start over")
-	}
-}
-
 func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
 	var out proxytest.SyncBuffer
 	w := NewLogWriter(&out, 20*time.Millisecond)
@@ -151,43 +88,6 @@ func TestLogWriterBatchesAndLosesNothing(t *testing.T) {
 	}
 }
 
-// appendMillis must write what strconv.AppendFloat wrote before it (the log's duration_ms
-// format): milliseconds, up to three decimals, no trailing zeros.
-func TestAppendMillis(t *testing.T) {
-	for _, us := range []int64{0, 1, 9, 10, 100, 999, 1000, 1001, 1010, 1100, 12345, 12300, 12000, 999999, 86400000000, -1, -1500, -12345} {
-		d := time.Duration(us) * time.Microsecond
-		want := strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64)
-		if got := appendMillis(nil, d); string(got) != string(want) {
-			t.Errorf("%v: %s, want %s", d, got, want)
-		}
-	}
-	for us := int64(0); us < 200000; us += 7 {
-		d := time.Duration(us) * time.Microsecond
-		if got, want := appendMillis(nil, d), strconv.AppendFloat(nil, float64(us)/1000, 'f', -1, 64); string(got) != string(want) {
-			t.Fatalf("%v: %s, want %s", d, got, want)
-		}
-	}
-}
-
-// BenchmarkRequestRecord is the record of a request served by its first attempt, written as
-// the sidecar writes it: the JSON handler into a LogWriter (README, The request record).
-func BenchmarkRequestRecord(b *testing.B) {
-	lw := NewLogWriter(io.Discard, time.Hour)
-	defer lw.Close()
-	ex := newExchange(&Server{log: slog.New(NewJSONHandler(lw, slog.LevelInfo))})
-	ex.requestID = []byte("4bf92f3577b34da6a3ce929d0e0e4736")
-	ex.path = []byte("/v1/chat/completions")
-	ex.model = []byte("gpt-4o-mini")
-	ex.start = time.Now()
-	ex.outcome, ex.status, ex.duration = OutcomeOK, 200, 1234*time.Microsecond
-	ex.servedBy = &Target{Name: "openai"}
-	ex.ledger.add(attemptRecord{target: "openai", status: 200, duration: time.Millisecond})
-	b.ReportAllocs()
-	for b.Loop() {
-		ex.logRequest()
-	}
-}
-
 // The record's time is written as time.RFC3339Nano writes it, whatever the second, the
 // fraction (trailing zeros dropped, none when zero) and the zone, and from a cache that one
 // second's records share.
@@ -211,7 +111,7 @@ func TestStampMatchesRFC3339Nano(t *testing.T) {
 	}
 }
 
-// The request record written by the JSON handler's own way (logRequest) is the line slog's
+// The request record written by the JSON handler's own way (Record.Log) is the line slog's
 // way through Handle writes: with attributes and groups from With and WithGroup too.
 func TestRequestRecordEitherWay(t *testing.T) {
 	at := time.Date(2026, 12, 2, 1, 2, 3, 456000000, time.UTC)
@@ -221,9 +121,9 @@ func TestRequestRecordEitherWay(t *testing.T) {
 		func(h *JSONHandler) slog.Handler { return h.WithGroup("g").WithAttrs([]slog.Attr{slog.Int("n", 1)}) },
 	} {
 		var direct, viaRecord bytes.Buffer
-		derive(NewJSONHandler(&direct, slog.LevelInfo)).(*JSONHandler).handleFields(at, slog.LevelWarn, "request", (*requestRecord)(testExchange()))
+		derive(NewJSONHandler(&direct, slog.LevelInfo)).(*JSONHandler).handleFields(at, slog.LevelWarn, "request", testRecord())
 		r := slog.NewRecord(at, slog.LevelWarn, "request", 0)
-		r.AddAttrs(slog.Any("", (*requestRecord)(testExchange())))
+		r.AddAttrs(slog.Any("", testRecord()))
 		if err := derive(NewJSONHandler(&viaRecord, slog.LevelInfo)).Handle(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}

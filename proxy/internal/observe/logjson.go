@@ -1,4 +1,4 @@
-package proxy
+package observe
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
 
 // handleFields writes a record whose one attribute is f, spliced in as Handle splices a
 // FieldsAppender, without the slog.Record around it: the request record takes this way
-// (logRequest), once per request.
+// (Record.Log), once per request.
 func (h *JSONHandler) handleFields(t time.Time, level slog.Level, msg string, f FieldsAppender) error {
 	bp := lineBuffers.Get().(*[]byte)
 	b := append(h.appendHead((*bp)[:0], t, level, msg), ',')
@@ -125,7 +125,7 @@ func (h *JSONHandler) writeLine(bp *[]byte, b []byte) error {
 
 // stampCache writes record times as time.RFC3339Nano does, keeping the text of the last second
 // it wrote: the date, the time of day and the zone change once a second, and formatting them
-// was most of a record's time field. Safe for concurrent use; it allocates nothing.
+// is most of the cost of a record's time field. Safe for concurrent use; it allocates nothing.
 type stampCache struct {
 	mu   sync.Mutex
 	sec  int64          // the Unix second of head and zone
