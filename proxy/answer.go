@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -13,16 +14,16 @@ import (
 // reject answers with a sidecar error of its own: before any attempt, or after some when the
 // shutdown timeout ends the sweep. X-Failover-Attempts says how many were made (0 before any).
 func (ex *exchange) reject(status int, code, message string) {
-	ex.outcome, ex.status = OutcomeRejected, status
-	writeError(ex.ctx, ex.family, status, code, message)
+	ex.Outcome, ex.Status = observe.OutcomeRejected, status
+	writeError(ex.ctx, ex.Family, status, code, message)
 	ex.setFailoverHeaders(nil)
 }
 
 // commit sends attempt a's answer to the client: the held response, or its headers and then a
 // body piped from the upstream (an SSE stream, an image, a response past the buffer).
-func (ex *exchange) commit(a *attempt, outcome Outcome) {
+func (ex *exchange) commit(a *attempt, outcome observe.Outcome) {
 	ctx := ex.ctx
-	ex.outcome, ex.status = outcome, a.status
+	ex.Outcome, ex.Status = outcome, a.status
 	ex.served(a.t)
 	ex.copyResponseHeaders()
 	ctx.SetStatusCode(a.status)
@@ -30,7 +31,7 @@ func (ex *exchange) commit(a *attempt, outcome Outcome) {
 	if a.sse && a.ended && ex.gate.Finished() && !ex.gate.Failed() {
 		// The whole stream, terminal event included, arrived before commit: it goes out in one
 		// write, like a held response, and the upstream connection goes back to the pool.
-		ex.srv.metrics.streamCommits[a.commitReason].Inc()
+		ex.srv.metrics.StreamCommit(a.commitReason)
 		// The held bytes become the answer's body, and another buffer the gate's next held
 		// bytes: no copy, as for a held response (lendBody below). a.body, a view of them, is
 		// the answer's now, and read no more.
@@ -60,12 +61,12 @@ func (ex *exchange) lendBody(b []byte) []byte {
 // answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last
 // attempt's upstream answer when there was one, else a family-shaped error of the sidecar's
 // own (README, The decision order, and Errors the sidecar makes).
-func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
+func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome observe.Outcome) {
 	ctx := ex.ctx
-	ex.outcome, ex.status = outcome, v.Status
-	if outcome == OutcomeCancelled || ex.gone {
+	ex.Outcome, ex.Status = outcome, v.Status
+	if outcome == observe.OutcomeCancelled || ex.gone {
 		// Nobody is listening: close the connection instead of writing an answer.
-		ex.outcome, ex.status = OutcomeCancelled, 499
+		ex.Outcome, ex.Status = observe.OutcomeCancelled, 499
 		ctx.SetConnectionClose()
 		ctx.SetStatusCode(499)
 		ex.closeConn()
@@ -75,20 +76,20 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 	case classify.KindStreamCommit:
 		// A success rule matched every candidate: the last stream is still the best answer,
 		// and from here it is a committed stream like any other.
-		if r := ex.ledger.last(); r != nil {
-			r.phase = PhaseCommitted
+		if r := ex.Ledger.Last(); r != nil {
+			r.Phase = observe.PhaseCommitted
 		}
 		ex.commit(a, outcome)
 		return
 	case classify.KindResponse:
 		switch v.Class {
 		case classify.ClassEmptyResponse:
-			writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned empty response")
+			writeError(ctx, ex.Family, v.Status, codeEmptyResponse, "provider returned empty response")
 		case classify.ClassNoChoices:
-			writeError(ctx, ex.family, v.Status, codeNoChoices, "provider returned no choices")
+			writeError(ctx, ex.Family, v.Status, codeNoChoices, "provider returned no choices")
 		case classify.ClassBadResponse:
 			// An unasked-for 101 (or another final 1xx) is never the client's answer.
-			writeError(ctx, ex.family, v.Status, codeBadResponse, "provider answered with a status that is no final HTTP answer (1xx, or past 599)")
+			writeError(ctx, ex.Family, v.Status, codeBadResponse, "provider answered with a status that is no final HTTP answer (1xx, or past 599)")
 		default:
 			status := a.status
 			if v.Class == classify.ClassErrorBody {
@@ -96,7 +97,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			}
 			a.status = status
 			ex.commit(a, outcome)
-			ex.status = status
+			ex.Status = status
 			return
 		}
 		ex.served(a.t)
@@ -114,7 +115,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			ctx.SetStatusCode(v.Status)
 			ctx.Response.Header.SetContentTypeBytes(contentTypeJSON)
 			ctx.Response.ResetBody()
-			if ex.family == stream.Messages {
+			if ex.Family == stream.Messages {
 				ctx.Response.AppendBodyString(`{"type":"error","error":`)
 			} else {
 				ctx.Response.AppendBodyString(`{"error":`)
@@ -122,11 +123,11 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 			ctx.Response.AppendBody(bytes.TrimSpace(a.body))
 			ctx.Response.AppendBodyString("}")
 		default:
-			writeError(ctx, ex.family, v.Status, codeStreamError, "the provider's stream failed before any output")
+			writeError(ctx, ex.Family, v.Status, codeStreamError, "the provider's stream failed before any output")
 		}
 	case classify.KindStreamEmpty:
 		ex.served(a.t)
-		writeError(ctx, ex.family, v.Status, codeEmptyResponse, "provider returned an empty stream")
+		writeError(ctx, ex.Family, v.Status, codeEmptyResponse, "provider returned an empty stream")
 	default: // no HTTP answer
 		code, msg := codeUnreachable, "no target could be reached ("+v.Class.String()+")"
 		switch {
@@ -136,8 +137,8 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 		case v.Status == fasthttp.StatusGatewayTimeout:
 			code, msg = codeTimeout, "the upstream did not answer in time"
 		}
-		ex.status = v.Status
-		writeError(ctx, ex.family, v.Status, code, msg)
+		ex.Status = v.Status
+		writeError(ctx, ex.Family, v.Status, code, msg)
 	}
 	ex.setFailoverHeaders(ex.servedBy)
 	ex.closeConn()
@@ -147,9 +148,9 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome Outcome) {
 // back. When t substituted the model, that is the model the answer was produced for
 // (X-Failover-Model, served_model), whether the answer is a success or not.
 func (ex *exchange) served(t *Target) {
-	ex.servedBy = t
+	ex.servedBy, ex.Target = t, t.Name
 	if t.model != nil && ex.fields.modelStart >= 0 {
-		ex.servedModel = t.model
+		ex.ServedModel = t.model
 	}
 }
 

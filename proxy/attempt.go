@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -21,7 +21,7 @@ type attempt struct {
 	sent  time.Time
 	ttfb  time.Duration // from sent to the response headers, once status is set
 
-	phase         Phase
+	phase         observe.Phase
 	kind          classify.Kind
 	status        int
 	transport     classify.Transport
@@ -85,7 +85,7 @@ func (ex *exchange) run() {
 		}
 		o := classify.Outcome{
 			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
-			Chat: ex.family == stream.Chat, Image: ex.family == stream.Image, OwnKey: t.ownKey,
+			Chat: ex.Family == stream.Chat, Image: ex.Family == stream.Image, OwnKey: t.ownKey,
 			// A probe is not retried on the same target: one failed attempt tells enough, and the
 			// request goes on to a target that works (README, Health).
 			RetriesLeft: ex.budget.RetryAllowed(t.retries) && !ex.lease.held(), RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
@@ -126,7 +126,7 @@ func (ex *exchange) run() {
 			ex.commit(a, ex.successOutcome())
 			return
 		case exhausted:
-			ex.answer(a, v, OutcomeExhausted)
+			ex.answer(a, v, observe.OutcomeExhausted)
 			return
 		case v.Action == classify.ActionStop:
 			ex.answer(a, v, ex.stopOutcome(v))
@@ -134,7 +134,7 @@ func (ex *exchange) run() {
 		case v.Action == classify.ActionRetry:
 			ex.closeConn()
 			if !ex.sleep(v.Wait) && ex.gone {
-				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, OutcomeCancelled)
+				ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, observe.OutcomeCancelled)
 				return
 			}
 			// A wait the shutdown timeout cut short goes round once more: the loop's first
@@ -244,7 +244,7 @@ func (ex *exchange) sentModel(t *Target) []byte {
 	if t.model != nil && ex.fields.modelStart >= 0 {
 		return t.model
 	}
-	return ex.model
+	return ex.Model
 }
 
 // selectCandidates lists the targets that serve this request: the strategy's first pick, then
@@ -253,7 +253,7 @@ func (ex *exchange) selectCandidates(now time.Time) {
 	s := ex.srv
 	ex.eligible, ex.usable, ex.cands = ex.eligible[:0], ex.usable[:0], ex.cands[:0]
 	for _, t := range s.targets {
-		if t.serves(ex.path, ex.model) {
+		if t.serves(ex.Path, ex.Model) {
 			ex.eligible = append(ex.eligible, t.Index)
 			if t.health.Usable(now) {
 				ex.usable = append(ex.usable, t.Index)
@@ -329,15 +329,15 @@ func (ex *exchange) reportLimit(a *attempt, reason classify.Reason, now time.Tim
 	s := ex.srv
 	switch reason {
 	case classify.ReasonTransferLimit, classify.ReasonElapsedLimit:
-		kind := budgetTransfers
+		kind := observe.BudgetTransfers
 		if reason == classify.ReasonElapsedLimit {
-			kind = budgetElapsed
+			kind = observe.BudgetElapsed
 		}
-		s.metrics.budgetExhausted[kind].Inc()
-		ex.event(slog.LevelWarn, "routing_transfer_limit_reached", a, slog.String("budget", budgetNames[kind]),
+		s.metrics.BudgetExhausted(kind)
+		ex.event(slog.LevelWarn, "routing_transfer_limit_reached", a, slog.String("budget", kind.String()),
 			slog.Int("transfers", ex.budget.Transfers()), slog.Float64("elapsed_ms", float64(ex.budget.Elapsed(now).Microseconds())/1000))
 	case classify.ReasonRetryBudget:
-		s.metrics.budgetExhausted[budgetRetryBudget].Inc()
+		s.metrics.BudgetExhausted(observe.BudgetRetryBudget)
 		ex.event(slog.LevelWarn, "retry_budget_exhausted", a)
 	}
 }
@@ -350,7 +350,7 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	switch v.Health {
 	case classify.HealthSuccess:
 		if t.health.Success(now) {
-			s.log.Info("target_restored", slog.String("target", t.Name), slog.String("request_id", string(ex.requestID)))
+			observe.TargetEvent(s.log, slog.LevelInfo, "target_restored", t.Name, ex.RequestID)
 		}
 	case classify.HealthFailure:
 		if ejected, d := t.health.Failure(now); ejected {
@@ -359,7 +359,7 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	case classify.HealthSilent:
 		// The background probe asks the request's own path (README, Health).
 		rh, _ := ex.requestHead()
-		t.noteSilent(rh.Method(), ex.path)
+		t.noteSilent(rh.Method(), ex.Path)
 		if ejected, d := t.health.SilentFailure(now); ejected {
 			ex.ejected(a, d, v.Class.String()) // timeout or silent_close
 			s.wakeProber()
@@ -390,15 +390,14 @@ func (ex *exchange) applyHealth(a *attempt, v classify.Verdict) {
 	}
 	if v.Cooldown > 0 {
 		t.health.Cooldown(now, v.Cooldown)
-		s.log.Info("target_cooldown", slog.String("target", t.Name), slog.Float64("seconds", v.Cooldown.Seconds()),
-			slog.String("request_id", string(ex.requestID)))
+		observe.TargetEvent(s.log, slog.LevelInfo, "target_cooldown", t.Name, ex.RequestID, slog.Float64("seconds", v.Cooldown.Seconds()))
 	}
 }
 
 func (ex *exchange) ejected(a *attempt, d time.Duration, why string) {
-	a.t.metrics.ejections.Inc()
-	ex.srv.log.Warn("target_ejected", slog.String("target", a.t.Name), slog.String("reason", why),
-		slog.Float64("seconds", d.Seconds()), slog.String("request_id", string(ex.requestID)))
+	a.t.metrics.Ejection()
+	observe.TargetEvent(ex.srv.log, slog.LevelWarn, "target_ejected", a.t.Name, ex.RequestID, slog.String("reason", why),
+		slog.Float64("seconds", d.Seconds()))
 }
 
 // record writes the attempt into the ledger and the metrics. The attempt ended at the last
@@ -408,31 +407,27 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	d := ex.now.Sub(a.start)
 	phase := a.phase
 	if v.Action == classify.ActionCommit {
-		phase = PhaseCommitted
+		phase = observe.PhaseCommitted
 	}
-	ex.ledger.add(attemptRecord{target: t.Name, status: a.status, class: v.Class, reason: v.Reason, phase: phase,
-		action: v.Action, duration: d, wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))})
-	t.metrics.attempt(v.Class, v.Action).Inc()
+	e := observe.Entry{Target: t.Name, Status: a.status, Class: v.Class, Reason: v.Reason, Phase: phase,
+		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))}
+	ex.Ledger.Add(e)
+	t.metrics.Attempt(v.Class, v.Action)
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {
 		t.noteError(v.Class, ex.policyNow())
 	}
 	if v.Class == classify.ClassEmptyResponse {
-		t.metrics.empty.Inc()
+		t.metrics.EmptyResponse()
 	}
 	if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
 		switch {
-		case ex.streaming && a.kind == classify.KindTransport:
+		case ex.Stream && a.kind == classify.KindTransport:
 			ex.event(slog.LevelInfo, "stream_transport_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))
 		case a.kind == classify.KindStreamError || a.kind == classify.KindStreamEmpty || a.kind == classify.KindStreamCommit:
 			ex.event(slog.LevelInfo, "stream_candidate_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))
 		}
 	}
-	if s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "attempt", slog.String("request_id", string(ex.requestID)),
-			slog.Int("attempt", a.n), slog.String("target", t.Name), slog.Int("status", a.status),
-			slog.String("class", v.Class.String()), slog.String("phase", phase.String()), slog.String("action", v.Action.String()),
-			slog.String("reason", v.Reason.String()), slog.Float64("duration_ms", float64(d.Microseconds())/1000))
-	}
+	observe.LogAttempt(s.log, ex.RequestID, a.n, &e)
 }
 
 func b2i(b bool) int {
@@ -442,30 +437,26 @@ func b2i(b bool) int {
 	return 0
 }
 
-// event logs a named event about the current attempt (rare: budget, stream and health
-// decisions), so a small allocation here is fine.
+// event logs a named event about attempt a (observe.Event): rare, so it may allocate.
 func (ex *exchange) event(level slog.Level, msg string, a *attempt, extra ...slog.Attr) {
-	attrs := make([]slog.Attr, 0, 4+len(extra))
-	attrs = append(attrs, slog.String("request_id", string(ex.requestID)), slog.String("target", a.t.Name), slog.Int("attempt", a.n))
-	attrs = append(attrs, extra...)
-	ex.srv.log.LogAttrs(context.Background(), level, msg, attrs...)
+	observe.Event(ex.srv.log, level, msg, ex.RequestID, a.t.Name, a.n, extra...)
 }
 
-func (ex *exchange) successOutcome() Outcome {
-	if ex.ledger.n > 1 {
-		return OutcomeOKAfterFailover
+func (ex *exchange) successOutcome() observe.Outcome {
+	if ex.Ledger.Len() > 1 {
+		return observe.OutcomeOKAfterFailover
 	}
-	return OutcomeOK
+	return observe.OutcomeOK
 }
 
-func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
+func (ex *exchange) stopOutcome(v classify.Verdict) observe.Outcome {
 	switch v.Reason {
 	case classify.ReasonCancelled:
-		return OutcomeCancelled
+		return observe.OutcomeCancelled
 	case classify.ReasonTransferLimit, classify.ReasonElapsedLimit, classify.ReasonRetryBudget:
-		return OutcomeBudgetExhausted
+		return observe.OutcomeBudgetExhausted
 	}
-	return OutcomeUpstreamError
+	return observe.OutcomeUpstreamError
 }
 
 // sleep waits d before a retry on the wall clock, asking clientGone every pollInterval; false

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -99,7 +100,7 @@ func (ex *exchange) waitIdle(c *upConn, deadline, start time.Time) error {
 // sent: FAILOVER_FIRST_BYTE_TIMEOUT after it for a stream, else the attempt's own deadline.
 func (ex *exchange) headerDeadline(a *attempt, sent time.Time) time.Time {
 	cfg := &ex.srv.cfg.Server
-	if ex.streaming {
+	if ex.Stream {
 		return deadlineAfter(sent, cfg.FirstByteTimeout)
 	}
 	return deadlineAfter(a.start, cfg.AttemptTimeout)
@@ -216,10 +217,10 @@ func (ex *exchange) do(a *attempt) {
 		return
 	}
 	ex.body.reset(c, resp, ex.head)
-	a.phase = PhaseBeforeContent
+	a.phase = observe.PhaseBeforeContent
 	a.status = resp.StatusCode()
 	a.ttfb = ex.tick().Sub(a.sent)
-	t.metrics.firstByte.Update(a.ttfb.Seconds())
+	t.metrics.FirstByte(a.ttfb)
 	t.observeAnswer(a.ttfb)
 	ex.observeHead(a)
 
@@ -230,10 +231,10 @@ func (ex *exchange) do(a *attempt) {
 		// What follows on the connection is no HTTP the sidecar can read: it is never pooled,
 		// and classify judges the answer a bad one.
 		a.kind = classify.KindResponse
-	case ex.family == stream.Image && success:
+	case ex.Family == stream.Image && success:
 		// A generated image is never paid for twice: commit at headers.
 		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
-	case ex.streaming && success && ex.body.has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
+	case ex.Stream && success && ex.body.has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
 		// (A HEAD's or a 204's answer has no stream to peek: it is read as a response, and
 		// classify sees it as one without a body, not as an empty stream.)
 		if enc := resp.Header.ContentEncoding(); len(enc) > 0 && !hasPrefixFold(enc, valueIdentity) {
@@ -337,7 +338,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 // Streams: the pre-commit peek).
 func (ex *exchange) peek(a *attempt, deadline time.Time) {
 	g, c, body := &ex.gate, ex.conn, &ex.body
-	g.Reset(ex.family, ex.srv.peek)
+	g.Reset(ex.Family, ex.srv.peek)
 	a.sse = true
 	if ex.srv.peek <= 0 {
 		g.Feed(nil)

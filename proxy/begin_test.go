@@ -37,10 +37,10 @@ func TestBeginReadsHeadersOnce(t *testing.T) {
 			}
 			ex := newExchange(&Server{})
 			ex.begin(&ctx)
-			if ex.streaming != tc.stream || string(ex.traceID) != tc.traceID {
-				t.Errorf("streaming %v, trace id %q; want %v, %q", ex.streaming, ex.traceID, tc.stream, tc.traceID)
+			if ex.Stream != tc.stream || string(ex.TraceID) != tc.traceID {
+				t.Errorf("streaming %v, trace id %q; want %v, %q", ex.Stream, ex.TraceID, tc.stream, tc.traceID)
 			}
-			if got := string(ex.requestID); tc.id != "" && got != tc.id || tc.id == "" && len(got) != 32 {
+			if got := string(ex.RequestID); tc.id != "" && got != tc.id || tc.id == "" && len(got) != 32 {
 				t.Errorf("request id %q, want %q", got, tc.id)
 			}
 		})

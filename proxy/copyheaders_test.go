@@ -52,7 +52,7 @@ func TestCopyResponseHeadersAsAWholeWalk(t *testing.T) {
 
 		ex := newExchange(&Server{systemClock: true})
 		ex.ctx = &fasthttp.RequestCtx{}
-		ex.requestID = []byte("ours")
+		ex.RequestID = []byte("ours")
 		up.CopyTo(&ex.upResp.Header)
 		ex.observeHead(&attempt{t: &Target{health: budget.NewHealth(&budget.Config{})}})
 		ex.copyResponseHeaders()

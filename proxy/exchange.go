@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -78,15 +80,17 @@ type exchange struct {
 	srv *Server
 	ctx *fasthttp.RequestCtx
 
-	// The request, read once.
-	path         []byte // normalised path (own copy: a stream outlives the handler)
-	family       stream.Family
+	// The request as its log record shows it, filled as it goes: read once at begin (its
+	// path, family, model, whether it streams, its request and trace ids, each in a buffer of
+	// the exchange's own, as a stream outlives the handler), each attempt into its Ledger, and
+	// the answer (outcome, status, the target that served it, the duration) by the time
+	// finish logs it. The path is the normalised one; the model is decoded; the trace id is
+	// the client's traceparent's (tracecontext.go), empty when none is valid.
+	observe.Record
+
+	// The rest of the request, read once.
 	fields       requestFields
-	model        []byte // requested model (own copy, for the log)
-	streaming    bool
 	head         bool
-	requestID    []byte
-	traceID      []byte   // the trace id of the client's traceparent (tracecontext.go), own copy; empty when none is valid
 	tokenHeader  []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
 	connection   [][]byte // the options the client's Connection lines name (views into its header)
 	upConnection [][]byte // dropHopByHop's scratch space: the options an answer's Connection lines name
@@ -105,7 +109,6 @@ type exchange struct {
 	cands    []int
 	sweep    budget.Sweep
 	budget   budget.Request
-	ledger   Ledger
 	cur      attempt
 	lease    probeLease // the probe the current attempt's target (or a transfer's next) was handed out as
 
@@ -123,12 +126,8 @@ type exchange struct {
 	start           time.Time     // the request's arrival: the wall clock's reading, and the anchor of every tick
 	now             time.Time     // the last reading of the clock (see exchange for the points where it is read)
 	waited          time.Duration // time spent waiting on upstreams and backoffs, for the overhead figure
-	outcome         Outcome
-	status          int
-	servedBy        *Target
-	servedModel     []byte
-	duration        time.Duration
-	committedStream bool // the answer is piped: the stream goroutine owns the exchange and finishes it
+	servedBy        *Target       // the target the record's Target names: its answer, or the sidecar's error about it, went back
+	committedStream bool          // the answer is piped: the stream goroutine owns the exchange and finishes it
 	pipe            pipe
 	resume          *resumption // what a stream that may be resumed keeps (resume.go); nil until one was
 
@@ -139,7 +138,7 @@ type exchange struct {
 	acceptFn func(pos int) bool // ex.mayFit, made once
 	// tooSmall are the models a context-window error showed too small for the request's
 	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
-	// of ex.model, both fixed while the request runs.
+	// of ex.Model, both fixed while the request runs.
 	tooSmall [][]byte
 	hijackFn fasthttp.HijackHandler // ex.hijacked, made once
 }
@@ -155,12 +154,12 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.ctx = ctx
 	ex.start = time.Now()
 	ex.now = ex.start
-	ex.path = append(ex.path[:0], ctx.Path()...)
-	ex.family = familyOf(ex.path)
+	ex.Path = append(ex.Path[:0], ctx.Path()...)
+	ex.Family = familyOf(ex.Path)
 	ex.head = ctx.IsHead()
 	ex.reqBody = ctx.PostBody()
 	ex.fields = scanRequest(ex.reqBody)
-	ex.model = jsonscan.AppendString(ex.model[:0], ex.fields.model)
+	ex.Model = jsonscan.AppendString(ex.Model[:0], ex.fields.model)
 	// The three headers read here are found in one walk over the lines: a lookup per name
 	// normalises the name and walks them all. The first line of a name counts, as a lookup's.
 	var accept, id, parent []byte
@@ -175,18 +174,18 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 			parent, hasParent = v, true
 		}
 	}
-	ex.streaming = ex.fields.stream || acceptsEventStream(accept)
+	ex.Stream = ex.fields.stream || acceptsEventStream(accept)
 	if validRequestID(id) {
-		ex.requestID = append(ex.requestID[:0], id...)
+		ex.RequestID = append(ex.RequestID[:0], id...)
 	} else {
 		var b [16]byte
 		putUint64(b[:8], rand.Uint64())
 		putUint64(b[8:], rand.Uint64())
-		ex.requestID = hex.AppendEncode(ex.requestID[:0], b[:])
+		ex.RequestID = hex.AppendEncode(ex.RequestID[:0], b[:])
 	}
-	ex.traceID = append(ex.traceID[:0], traceIDOf(parent)...)
-	ex.ledger.reset()
-	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
+	ex.TraceID = append(ex.TraceID[:0], traceIDOf(parent)...)
+	ex.Ledger.Reset()
+	ex.Outcome, ex.Status, ex.Target, ex.servedBy, ex.ServedModel = observe.OutcomeRejected, 0, "", nil, nil
 	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, peerUnknown, nil
 	ex.conn = nil
 }
@@ -209,6 +208,9 @@ func (ex *exchange) policyNow() time.Time {
 	}
 	return ex.srv.clock.Now()
 }
+
+// b2s views b as a string without copying; the string must not outlive b's contents.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func putUint64(b []byte, v uint64) {
 	for i := range 8 {
@@ -254,12 +256,10 @@ func (ex *exchange) finish() {
 	s := ex.srv
 	now := ex.tick()
 	ex.closeConn()
-	ex.duration = now.Sub(ex.start)
+	ex.Duration = now.Sub(ex.start)
 	m := s.metrics
-	m.requests[ex.family][ex.outcome].Inc()
-	m.duration[ex.family].Update(ex.duration.Seconds())
-	m.overhead.Update(max(ex.duration-ex.waited, 0).Seconds())
-	ex.logRequest()
+	m.Request(ex.Family, ex.Outcome, ex.Duration, max(ex.Duration-ex.waited, 0))
+	ex.Log(s.log, now) // the time finish measured
 	ex.ctx, ex.reqBody, ex.upBody = nil, nil, nil
 	ex.pipe = pipe{head: ex.pipe.head[:0], tail: ex.pipe.tail[:0]}
 	if cap(ex.respBody) > 1<<20 {
@@ -271,7 +271,7 @@ func (ex *exchange) finish() {
 	if ex.resume != nil {
 		ex.resume.shed()
 	}
-	m.inflight.Add(-1)
+	m.Inflight.Add(-1)
 	s.active.Add(-1)
 	s.pool.Put(ex)
 }

@@ -152,7 +152,7 @@ var clientCredentials = newNameSet([]byte("Authorization"), []byte("X-Api-Key"),
 func (ex *exchange) buildRequest(a *attempt) {
 	t := a.t
 	rh, query := ex.requestHead()
-	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.path, query)
+	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.Path, query)
 	b := append(ex.upHead[:0], rh.Method()...)
 	b = append(b, ' ')
 	b = append(b, ex.uri...)
@@ -172,7 +172,7 @@ func (ex *exchange) buildRequest(a *attempt) {
 		b = appendHeaderLine(b, k, v)
 	}
 	if underscores > 0 && a.n == 1 { // counted once per request, not per attempt
-		ex.srv.metrics.droppedUnderscore.Add(underscores)
+		ex.srv.metrics.DroppedUnderscore(underscores)
 	}
 	if t.ownKey {
 		b = appendHeaderLine(b, t.authName, t.authValue)
@@ -181,7 +181,7 @@ func (ex *exchange) buildRequest(a *attempt) {
 		b = appendHeaderLine(b, kv[0], kv[1])
 	}
 	b = appendHeaderLine(b, headerAcceptEnc, valueIdentity)
-	b = appendHeaderLine(b, headerRequestID, ex.requestID)
+	b = appendHeaderLine(b, headerRequestID, ex.RequestID)
 	b = append(b, headerAttempt...)
 	b = append(b, ':', ' ')
 	b = strconv.AppendInt(b, int64(a.n), 10)
@@ -378,7 +378,7 @@ func (ex *exchange) copyResponseHeaders() {
 	h.ResetConnectionClose()
 	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
 	// req_..., the one its support asks for) goes back under a name of its own.
-	if id := ex.upRequestID; len(id) > 0 && !bytes.Equal(id, ex.requestID) {
+	if id := ex.upRequestID; len(id) > 0 && !bytes.Equal(id, ex.RequestID) {
 		h.SetCanonical(headerUpstreamID, id)
 	}
 }
@@ -391,9 +391,9 @@ func (ex *exchange) setFailoverHeaders(served *Target) {
 		h.SetCanonical(headerTarget, served.name)
 	}
 	var num [20]byte
-	h.SetCanonical(headerAttempts, strconv.AppendInt(num[:0], int64(ex.ledger.n), 10))
-	if ex.servedModel != nil {
-		h.SetCanonical(headerModel, ex.servedModel)
+	h.SetCanonical(headerAttempts, strconv.AppendInt(num[:0], int64(ex.Ledger.Len()), 10))
+	if ex.ServedModel != nil {
+		h.SetCanonical(headerModel, ex.ServedModel)
 	}
-	h.SetCanonical(headerRequestID, ex.requestID)
+	h.SetCanonical(headerRequestID, ex.RequestID)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -65,11 +66,11 @@ func (ex *exchange) startStream(a *attempt) {
 	*p = pipe{ex: ex, a: a, sse: a.sse, head: p.head[:0], tail: p.tail[:0]}
 	if a.sse {
 		p.held = ex.gate.Held()
-		ex.srv.metrics.streamCommits[a.commitReason].Inc()
+		ex.srv.metrics.StreamCommit(a.commitReason)
 	} else {
 		p.held = a.body
 		if a.commitReason == stream.ReasonHeaders { // an image, a compressed stream
-			ex.srv.metrics.streamCommits[stream.ReasonHeaders].Inc()
+			ex.srv.metrics.StreamCommit(stream.ReasonHeaders)
 		}
 	}
 	// Chunked even when the upstream sent a Content-Length: a failure after commit must reach
@@ -97,8 +98,8 @@ func (ex *exchange) startStream(a *attempt) {
 	// Whatever verdict let it out (a commit, or a stop or an exhausted sweep whose answer is
 	// larger than the response buffer), a piped answer is committed: its bytes reach the client
 	// before the upstream is done, and a failure from here on ends it as interrupted.
-	if r := ex.ledger.last(); r != nil {
-		r.phase = PhaseCommitted
+	if r := ex.Ledger.Last(); r != nil {
+		r.Phase = observe.PhaseCommitted
 	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(ex.hijackFn)
@@ -334,7 +335,7 @@ func (p *pipe) pump(w net.Conn) error {
 	// A non-streaming request's answer (past the response buffer, or an image) is still one
 	// attempt, which FAILOVER_ATTEMPT_TIMEOUT bounds whole, whatever the idle timeout says.
 	var end time.Time
-	if !ex.streaming {
+	if !ex.Stream {
 		end = deadlineAfter(p.a.start, ex.srv.cfg.Server.AttemptTimeout)
 	}
 	for {
@@ -470,7 +471,7 @@ func (p *pipe) sendInterruption(w net.Conn, msg string) (clean, clientLeft bool)
 	if p.res != nil && len(p.res.errEvent) > 0 {
 		ev = p.res.errEvent
 	} else {
-		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.family, msg)
+		p.tail = appendInterruptedEvent(p.tail[:0], p.ex.Family, msg)
 		ev = p.tail
 	}
 	if err := p.send(w, nil, false, ev); err != nil {
@@ -631,9 +632,9 @@ func (p *pipe) end(clientLeft bool) {
 	v := p.endAttempt(clientLeft)
 	switch {
 	case clientLeft:
-		ex.outcome, ex.status = OutcomeCancelled, v.Status
+		ex.Outcome, ex.Status = observe.OutcomeCancelled, v.Status
 	case p.interrupted:
-		ex.outcome = OutcomePartial
+		ex.Outcome = observe.OutcomePartial
 	}
 	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
 	ex.closeConn()
@@ -647,7 +648,7 @@ func (p *pipe) end(clientLeft bool) {
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
 	s := ex.srv
-	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.status, Committed: true, ClientGone: clientLeft}
+	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.Status, Committed: true, ClientGone: clientLeft}
 	if p.interrupted {
 		o.Kind = classify.KindInterrupted
 	}
@@ -663,21 +664,21 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 			ex.ejected(p.a, d, "stream_interrupted")
 		}
 	}
-	if r := ex.ledger.last(); r != nil {
-		r.duration = ex.now.Sub(p.a.start)
+	if r := ex.Ledger.Last(); r != nil {
+		r.Duration = ex.now.Sub(p.a.start)
 		if v.Class != classify.ClassNone {
-			r.class, r.reason = v.Class, v.Reason
+			r.Class, r.Reason = v.Class, v.Reason
 		}
 	}
 	if p.cont {
-		if r := ex.ledger.last(); r != nil && r.cont && p.res != nil {
-			r.seam = p.res.tr.Seam()
+		if r := ex.Ledger.Last(); r != nil && r.Continued && p.res != nil {
+			r.Seam = p.res.tr.Seam()
 		}
-		outcome := resumeOK
+		outcome := observe.ResumeOK
 		if p.interrupted && !p.cut && !clientLeft {
-			outcome = resumeInterrupted
+			outcome = observe.ResumeInterrupted
 		}
-		p.a.t.metrics.resumes[outcome].Inc()
+		p.a.t.metrics.Resume(outcome)
 	}
 	return v
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
 // The background probe (README, Health). A target ejected for timing out keeps every request
@@ -127,11 +129,11 @@ func (s *Server) startProbes() bool {
 func (s *Server) probe(t *Target) {
 	status, err := s.probeOnce(t)
 	if err != nil {
-		t.metrics.probes[probeSilent].Inc()
+		t.metrics.Probe(observe.ProbeSilent)
 		s.log.Debug("target_probe_silent", slog.String("target", t.Name), slog.Int("status", 0))
 		return
 	}
-	t.metrics.probes[probeAnswered].Inc()
+	t.metrics.Probe(observe.ProbeAnswered)
 	if t.health.ProbeAnswered(s.clock.Now()) {
 		s.log.Info("target_probe_answered", slog.String("target", t.Name), slog.Int("status", status))
 	}

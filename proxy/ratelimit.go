@@ -2,13 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"time"
-
-	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/llm-failover/failover/budget"
 )
@@ -60,51 +55,4 @@ func (ex *exchange) observeHead(a *attempt) {
 	if until, began := a.t.health.RateLimit().Observe(now, f); began {
 		ex.event(slog.LevelInfo, "target_ratelimited", a, slog.Float64("seconds", until.Sub(now).Seconds()))
 	}
-}
-
-// rateLimitMetrics writes a target's rate-limit series at scrape time (README, Metrics): the
-// figures are read from the target's RateLimit then, so answers pay nothing for them.
-type rateLimitMetrics struct {
-	rate    *budget.RateLimit
-	avoided *metrics.Counter // failover_ratelimit_avoided_total, set from RateLimit.Avoided at scrape time
-	// remaining are the failover_ratelimit_remaining names of each quota, made once.
-	remaining [budget.NumQuotas]string
-}
-
-// newRateLimitMetrics creates t's failover_ratelimit_avoided_total in set and names its
-// remaining-quota series.
-func newRateLimitMetrics(set *metrics.Set, t *Target) *rateLimitMetrics {
-	rm := &rateLimitMetrics{rate: t.health.RateLimit()}
-	rm.avoided = set.NewCounter(fmt.Sprintf(`failover_ratelimit_avoided_total{target=%q}`, t.Name))
-	for q := range budget.NumQuotas {
-		rm.remaining[q] = fmt.Sprintf(`failover_ratelimit_remaining{target=%q,quota=%q}`, t.Name, q.String())
-	}
-	return rm
-}
-
-// refresh copies the avoided count into its counter, before the set is written.
-func (rm *rateLimitMetrics) refresh() { rm.avoided.Set(rm.rate.Avoided()) }
-
-// writeRateLimitRemaining writes failover_ratelimit_remaining{target,quota} for each quota the
-// last answer of each target reported, and nothing for the others: a gauge of 0 would read as
-// a spent quota where the provider said nothing.
-func writeRateLimitRemaining(w io.Writer, targets []*rateLimitMetrics) {
-	var b []byte
-	for _, rm := range targets {
-		f := rm.rate.Figures()
-		for q := range f {
-			if !f[q].HasRemaining {
-				continue
-			}
-			b = append(b, rm.remaining[q]...)
-			b = append(b, ' ')
-			b = strconv.AppendInt(b, f[q].Remaining, 10)
-			b = append(b, '\n')
-		}
-	}
-	if len(b) == 0 {
-		return
-	}
-	metrics.WriteMetadataIfNeeded(w, "failover_ratelimit_remaining", "gauge")
-	w.Write(b)
 }

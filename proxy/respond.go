@@ -4,6 +4,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/stream"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // Errors the sidecar writes itself (README, Errors the sidecar makes) are shaped like the
@@ -38,13 +39,13 @@ const (
 func appendErrorBody(dst []byte, f stream.Family, code, message string) []byte {
 	if f == stream.Messages {
 		dst = append(dst, `{"type":"error","error":{"type":"api_error","message":`...)
-		dst = appendJSONStr(dst, message)
+		dst = jsonscan.AppendQuote(dst, message)
 		dst = append(dst, `,"code":"`...)
 		dst = append(dst, code...)
 		return append(dst, `"}}`...)
 	}
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendJSONStr(dst, message)
+	dst = jsonscan.AppendQuote(dst, message)
 	dst = append(dst, `,"type":"failover_error","code":"`...)
 	dst = append(dst, code...)
 	return append(dst, `"}}`...)
@@ -60,7 +61,7 @@ func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte 
 	case stream.Responses:
 		dst = append(dst, "event: error\ndata: "...)
 		dst = append(dst, `{"type":"error","code":"`+codeInterrupted+`","message":`...)
-		dst = appendJSONStr(dst, message)
+		dst = jsonscan.AppendQuote(dst, message)
 		dst = append(dst, `,"param":null}`...)
 	case stream.Messages:
 		dst = append(dst, "event: error\ndata: "...)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -28,16 +29,6 @@ import (
 // The cost is paid only by a stream that may be resumed: the client's body and headers are
 // copied at commit (the request context is gone once the stream runs on its own goroutine),
 // and its events are parsed as they go out. Every other stream only checks that p.res is nil.
-
-// Outcomes of a resume, for failover_resumes_total.
-const (
-	resumeOK          = iota // the continuation reached the client and was not cut by its target
-	resumeFailed             // the resume target gave no text: the client got the original error
-	resumeInterrupted        // the continuation was cut too
-	numResumeOutcomes
-)
-
-var resumeOutcomeNames = [numResumeOutcomes]string{"ok", "failed", "interrupted"}
 
 // Why a stream that may be resumed stopped before its body ended (resumption.stopped).
 var (
@@ -115,14 +106,14 @@ func (r *resumption) shed() {
 // of the request, which the handler's context holds only until the stream starts. nil: the
 // stream cannot be resumed.
 func (ex *exchange) prepareResume() *resumption {
-	if ex.family != stream.Chat && ex.family != stream.Messages || !ex.fields.json || !ex.anyResumable() {
+	if ex.Family != stream.Chat && ex.Family != stream.Messages || !ex.fields.json || !ex.anyResumable() {
 		return nil
 	}
 	if ex.resume == nil {
 		ex.resume = new(resumption)
 	}
 	r := ex.resume
-	if !resumableRequest(&r.parser, ex.family, ex.reqBody) {
+	if !resumableRequest(&r.parser, ex.Family, ex.reqBody) {
 		return nil
 	}
 	if r.msgEnd, r.objEnd = messagesEnd(ex.reqBody); r.msgEnd < 0 {
@@ -133,7 +124,7 @@ func (ex *exchange) prepareResume() *resumption {
 	r.query = append(r.query[:0], ctx.URI().QueryString()...)
 	ctx.Request.Header.CopyTo(&r.header)
 	ex.readConnectionOf(&r.header) // the request's header goes with its context
-	r.tr.Reset(ex.family)
+	r.tr.Reset(ex.Family)
 	r.resumes, r.spliced, r.broken, r.errEvent = 0, false, false, r.errEvent[:0]
 	return r
 }
@@ -217,7 +208,7 @@ func (ex *exchange) resumeForm(t *Target) config.ResumeMode {
 	switch m := t.resume; {
 	case m == config.ResumeAuto && t.prefillRefused.has(ex.sentModel(t)):
 		return config.ResumeInstruct
-	case m == config.ResumeAuto, ex.family == stream.Messages && (m == config.ResumePrefix || m == config.ResumeContinue):
+	case m == config.ResumeAuto, ex.Family == stream.Messages && (m == config.ResumePrefix || m == config.ResumeContinue):
 		return config.ResumePrefill
 	default:
 		return m
@@ -232,7 +223,7 @@ func (ex *exchange) continuationBody(form config.ResumeMode) {
 	r := ex.resume
 	b := append(r.cont[:0], r.body[:r.msgEnd]...)
 	b = append(b, `,{"role":"assistant","content":`...)
-	b = appendJSONStr(b, b2s(r.tr.Prefill()))
+	b = jsonscan.AppendQuote(b, b2s(r.tr.Prefill()))
 	if form == config.ResumePrefix {
 		b = append(b, `,"prefix":true`...)
 	}
@@ -334,7 +325,7 @@ func (p *prefillRefusals) list() []string {
 func (ex *exchange) prefillRefused(a *attempt) {
 	m := ex.sentModel(a.t)
 	if a.t.prefillRefused.add(m) {
-		ex.event(slog.LevelInfo, "resume_prefill_refused", a, slog.String("model", logText(m[:min(len(m), 128)])))
+		ex.event(slog.LevelInfo, "resume_prefill_refused", a, slog.String("model", observe.LogText(observe.ModelText(m))))
 	}
 }
 
@@ -456,8 +447,8 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	}
 
 	from := p.a.t // p.a is ex.cur, which the resume attempt reuses
-	if rec := ex.ledger.last(); rec != nil {
-		rec.phase = PhaseResumed
+	if rec := ex.Ledger.Last(); rec != nil {
+		rec.Phase = observe.PhaseResumed
 	}
 	delivered := len(r.tr.Text())
 	r.resumes++
@@ -471,11 +462,11 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	for {
 		ex.continuationBody(form)
 		ex.budget.Begin(ex.policyNow(), next.Index)
-		*a = attempt{t: next, n: ex.ledger.n + 1}
+		*a = attempt{t: next, n: ex.Ledger.Len() + 1}
 		ex.do(a)
 		o = classify.Outcome{
 			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
-			Chat: ex.family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
+			Chat: ex.Family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
 			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == config.ResumeAuto && form == config.ResumePrefill,
 		}
 		v = s.policy.Decide(&o)
@@ -529,7 +520,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		v = classify.ResumeStopped(v)
 		ex.record(a, v)
 		if !ex.gone && !a.cut {
-			next.metrics.resumes[resumeFailed].Inc()
+			next.metrics.Resume(observe.ResumeFailed)
 		}
 		ex.closeConn()
 		if ex.gone {
@@ -541,8 +532,8 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 
 	ex.applyHealth(a, v)
 	ex.record(a, v)
-	if rec := ex.ledger.last(); rec != nil {
-		rec.phase, rec.cont, rec.delivered = PhaseResumed, true, delivered
+	if rec := ex.Ledger.Last(); rec != nil {
+		rec.Phase, rec.Continued, rec.Delivered = observe.PhaseResumed, true, delivered
 	}
 	// The original interruption is over; the continuation's own, if it came with its first
 	// events, is the next one.
@@ -551,7 +542,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	r.broken = errEvent == nil && n < whole
 	r.spliced = true
 	p.a, p.cont, p.attemptEnded, p.interrupted = a, true, false, false
-	ex.outcome = OutcomeOKAfterFailover
+	ex.Outcome = observe.OutcomeOKAfterFailover
 	ex.event(slog.LevelInfo, "stream_resumed", a, slog.String("from", from.Name),
 		slog.Int("delivered_bytes", delivered), slog.String("form", form.String()))
 	r.comment = append(append(append(r.comment[:0], ": failover resumed on "...), next.Name...), "\n\n"...)

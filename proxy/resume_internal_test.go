@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
-	"github.com/llm-failover/failover/stream"
 )
 
 // A configuration built in code (the drill's) with a _RESUME value Load would refuse is refused
@@ -27,21 +25,6 @@ func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
 	c.Targets[0].Resume = "assistant"
 	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "FAILOVER_TARGET_0: RESUME=\"assistant\"") {
 		t.Fatalf("New: %v", err)
-	}
-}
-
-// A continuation's ledger entry carries delivered_bytes and seam (what the seam took off, in
-// bytes: never text), in both renderings; no other entry does.
-func TestLedgerRendersAContinuation(t *testing.T) {
-	var l Ledger
-	l.add(attemptRecord{target: "a", status: 200, phase: PhaseResumed, class: classify.ClassInterrupted, duration: time.Millisecond})
-	l.add(attemptRecord{target: "b", status: 200, phase: PhaseResumed, duration: 2 * time.Millisecond, cont: true, delivered: 14, seam: stream.Seam{Kind: stream.SeamOverlap, Bytes: 9}})
-	j := string(l.AppendJSON(nil))
-	if strings.Count(j, "delivered_bytes") != 1 || !strings.Contains(j, `"phase":"resumed","action":"commit","reason":"ok","duration_ms":2,"delivered_bytes":14,"seam":"overlap:9"}`) {
-		t.Fatalf("JSON: %s", j)
-	}
-	if txt := string(l.AppendText(nil)); txt != "1:a 200 interrupted resumed commit 1ms | 2:b 200 ok resumed commit 2ms delivered=14 seam=overlap:9" {
-		t.Fatalf("text: %s", txt)
 	}
 }
 

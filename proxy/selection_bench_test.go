@@ -34,7 +34,7 @@ func selectionExchange(tb testing.TB, strategy string, n int) *exchange {
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Request.Header.Set("X-Session-Id", "sess_2f9c1a7e4b")
 	ex.ctx = ctx
-	ex.path = []byte("/v1/chat/completions")
+	ex.Path = []byte("/v1/chat/completions")
 	ex.fields = scanRequest([]byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
 	ex.selectCandidates(time.Now()) // size the candidate lists
 	if len(ex.cands) != n {

@@ -1,10 +1,13 @@
 // Package proxy is the sidecar's request path: the fasthttp server, the attempt loop that
-// walks a request's candidate targets, upstream connections, header and body rewriting,
-// streaming commits, the ledger and the metrics. It is the only package that touches sockets.
+// walks a request's candidate targets, upstream connections, header and body rewriting and
+// streaming commits. It is the only package that touches sockets.
 //
 // It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
 // the budgets are measured through package budget and applied by classify.Limit, and SSE
-// streams are held and judged by stream.Gate.
+// streams are held and judged by stream.Gate. What it did is counted, recorded and rendered by
+// package observe (proxy/internal/observe): the metrics, the request record the exchange fills
+// (observe.Record), the named events and the target table; observe.go re-exports the names of
+// it that main uses. The processor count is package procs' (proxy/internal/procs).
 //
 // A request's way through the files:
 //
@@ -43,6 +46,9 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/observe"
+	"github.com/llm-failover/failover/proxy/internal/procs"
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
@@ -71,7 +77,7 @@ type Server struct {
 	targets  []*Target
 	strategy strategy
 	log      *slog.Logger
-	metrics  *serverMetrics
+	metrics  *observe.Metrics
 	clock    budget.Clock // policy time (Options.Clock)
 	retries  *budget.RetryBudget
 
@@ -154,10 +160,17 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.Build == (Build{}) {
 		opts.Build = ReadBuild("", "")
 	}
-	s.metrics = newServerMetrics(s.targets, s.clock, opts.Build)
+	series := make([]observe.Target, len(s.targets))
+	for i, t := range s.targets {
+		series[i] = observe.Target{Name: t.Name, Health: t.health}
+	}
+	s.metrics = observe.NewMetrics(series, s.clock, observe.Build{Version: opts.Build.Version, Revision: opts.Build.Revision, GoVersion: opts.Build.GoVersion})
+	for i, t := range s.targets {
+		t.metrics = s.metrics.Target(i)
+	}
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
-	s.instruction = appendJSONStr(nil, cfg.Resume.EffectiveInstruction())
+	s.instruction = jsonscan.AppendQuote(nil, cfg.Resume.EffectiveInstruction())
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)
 	s.maxResponse = int(cfg.Server.MaxResponseBytes)
 	s.peek = int(cfg.Server.PeekBytes)
@@ -236,6 +249,12 @@ func (s *Server) retireWorkers(now time.Time) {
 
 // ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
+
+// AdaptProcs runs the processor control (package procs) until Shutdown: half the runtime's
+// default processors while few requests are in flight, all of them while many are. The caller
+// (main) calls it only when GOMAXPROCS is not set in the environment. It reports the count it
+// started at, 0 when there is nothing to control.
+func (s *Server) AdaptProcs() int { return procs.Adapt(s.quit, &s.metrics.Inflight, &s.metrics.Procs) }
 
 // Shutdown stops accepting at once, lets in-flight requests and streams finish until ctx
 // ends, then ends what remains: a committed stream gets the family's interrupted-stream error,
@@ -332,7 +351,7 @@ func (s *Server) serveProbes(ctx *fasthttp.RequestCtx) {
 	switch path := ctx.Path(); {
 	case bytes.Equal(path, pathMetrics):
 		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-		s.metrics.write(ctx)
+		s.metrics.Write(ctx)
 	case bytes.Equal(path, pathTargets):
 		s.serveTargets(ctx)
 	case s.serveHealth(ctx, path):
@@ -386,7 +405,7 @@ func (s *Server) serveRequest(ctx *fasthttp.RequestCtx) {
 		return // probes are not requests: no ledger record
 	}
 	s.active.Add(1)
-	inflight := s.metrics.inflight.Add(1)
+	inflight := s.metrics.Inflight.Add(1)
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
 	switch {
@@ -455,13 +474,13 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	ctx.SetConnectionClose()
 	s.active.Add(1)
-	s.metrics.inflight.Add(1)
+	s.metrics.Inflight.Add(1)
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
-	if cc, ok := ctx.Conn().(*clientConn); ok && len(ex.path) <= 1 {
+	if cc, ok := ctx.Conn().(*clientConn); ok && len(ex.Path) <= 1 {
 		// fasthttp reset the request before this handler (headers too large, a chunked body
 		// over the limit): the request line it came from still names the family.
-		ex.family = cc.lineFamily
+		ex.Family = cc.lineFamily
 	}
 	ex.reject(status, code, msg)
 	ex.handlerDone()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
 // Target is one upstream as the request path uses it: everything precomputed at start so an
@@ -45,12 +46,12 @@ type Target struct {
 
 	health  *budget.Health
 	pool    *pool
-	metrics *targetMetrics
+	metrics *observe.TargetMetrics
 	// latencyNS is an exponentially weighted time to first byte, for least-latency: a failed
 	// attempt counts as a slow sample (failedAttemptLatency).
 	latencyNS atomic.Int64
 	// answerNS is the same average over the target's answers alone, as they came, for the
-	// target table (targets.go): never a failure's charge.
+	// target table (targettable.go): never a failure's charge.
 	answerNS atomic.Int64
 	// probeReq is what the background probe asks (prober.go); bgProbe is set while one runs.
 	probeReq atomic.Pointer[probeRequest]
@@ -58,7 +59,7 @@ type Target struct {
 	// shownURL is the base URL as -check shows it (config.MaskURL), for the target table.
 	shownURL string
 	// lastError is the class of the target's last failed attempt plus one (0: none yet), and
-	// lastErrorAt its policy time in Unix nanoseconds, for the target table (targets.go).
+	// lastErrorAt its policy time in Unix nanoseconds, for the target table (targettable.go).
 	lastError   atomic.Uint32
 	lastErrorAt atomic.Int64
 }

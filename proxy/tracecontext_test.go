@@ -1,15 +1,9 @@
 package proxy
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/lmittmann/tint"
 )
 
 const (
@@ -83,31 +77,4 @@ func FuzzTraceIDOf(f *testing.F) {
 			t.Errorf("%q gives %q, want %q", s, got, want)
 		}
 	})
-}
-
-// The request record carries trace_id when the client sent a valid traceparent, in the JSON
-// log and in the text log, and nothing when it did not.
-func TestRequestRecordTraceID(t *testing.T) {
-	for _, traceID := range []string{validTraceID, ""} {
-		ex := testExchange()
-		ex.traceID = []byte(traceID)
-		var js, text bytes.Buffer
-		slog.New(NewJSONHandler(&js, slog.LevelInfo)).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(ex)))
-		slog.New(tint.NewTextHandler(&text, &tint.Options{NoColor: true})).LogAttrs(context.Background(), slog.LevelInfo, "request", slog.Any("", (*requestRecord)(ex)))
-		var rec map[string]any
-		if err := json.Unmarshal(js.Bytes(), &rec); err != nil {
-			t.Fatalf("%v: %s", err, js.String())
-		}
-		got, present := rec["trace_id"]
-		switch {
-		case traceID != "" && got != traceID:
-			t.Errorf("JSON trace_id %v, want %s: %s", got, traceID, js.String())
-		case traceID == "" && present:
-			t.Errorf("JSON has a trace_id without a traceparent: %s", js.String())
-		case traceID != "" && !strings.Contains(text.String(), " trace_id="+traceID+" "):
-			t.Errorf("text record lacks the trace id: %s", text.String())
-		case traceID == "" && strings.Contains(text.String(), "trace_id"):
-			t.Errorf("text record has a trace_id without a traceparent: %s", text.String())
-		}
-	}
 }

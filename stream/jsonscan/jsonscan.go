@@ -24,8 +24,12 @@
 // brackets and strings it repeats, and objectend_test.go checks that it agrees with SkipValue
 // on every object SkipValue takes and on every cut of one.
 //
+// It writes one thing: a string as a JSON string (AppendQuote), for the log's strings and the
+// sidecar's own error bodies, crossing plain bytes eight at a time as SkipString does.
+//
 // Files: jsonscan.go, the rules (SkipSpace, SkipString, SkipValue) and ObjectEnd; cursor.go,
-// the Cursor; strings.go, decoding a string's escapes (AppendString, StringIs).
+// the Cursor; strings.go, a string's escapes: decoding them (AppendString, StringIs) and
+// writing them (AppendQuote).
 //
 // The package knows nothing of HTTP, SSE or providers: callers decide what a member means.
 package jsonscan

@@ -2,9 +2,75 @@ package jsonscan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
+
+// AppendQuote appends s as a JSON string: quotes, backslashes and control characters
+// escaped, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped, as encoding/json
+// writes it. It is the one thing this package writes: the log's strings and the sidecar's own
+// error bodies.
+func AppendQuote(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	// Eight bytes at a time while they are all plain: printable ASCII but the quote and the
+	// backslash (SkipString's word tricks, and a test of the high bits).
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		const ones, highs = 0x0101010101010101, 0x8080808080808080
+		w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
+		q, bs := w^(ones*'"'), w^(ones*'\\')
+		if ((q-ones)&^q|(bs-ones)&^bs|(w-ones*0x20)&^w|w)&highs != 0 {
+			break
+		}
+	}
+	start := 0
+	for i < len(s) {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&15])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
 
 // The functions below take the contents of a valid JSON string literal, without its quotes,
 // as a Cursor finds them (Key, or a string Value without its first and last byte).

@@ -1,4 +1,4 @@
-package proxy
+package observe
 
 import (
 	"encoding/json"
@@ -8,15 +8,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/llm-failover/failover/budget"
-	"github.com/llm-failover/failover/classify"
 )
 
-// TargetTable is the live target table (README, The target table): GET /targets on the
-// metrics listener, and what `failover targets` prints. It holds no secret: no key, no header,
-// and the URL masked as -check masks it.
+// TargetTable is the live target table (docs/operations.md, The target table): GET /targets
+// on the metrics listener, and what `failover targets` prints. It holds no secret: no key, no
+// header, and the URL masked as -check masks it. The proxy builds it from its targets' state;
+// this package renders it (JSON, WriteTargetTable).
 type TargetTable struct {
 	// Time is the sidecar's policy time when the table was taken: each Until is against it.
 	Time    time.Time     `json:"time"`
@@ -27,7 +25,7 @@ type TargetTable struct {
 type TargetState struct {
 	Name string `json:"name"`
 	URL  string `json:"url"` // the base URL, credentials and query values other than api-version masked
-	// State is up, ejected, probing, cooling or ratelimited (README, Health).
+	// State is up, ejected, probing, cooling or ratelimited (docs/decisions.md, Health).
 	State string `json:"state"`
 	// Until is when the state ends by itself (an ejection, a cooldown, a rate limit); absent
 	// for up and probing.
@@ -36,8 +34,8 @@ type TargetState struct {
 	// FAILOVER_EJECT_AFTER: an ejected target shows the ones that ejected it.
 	ConsecutiveFailures int    `json:"consecutive_failures"`
 	Ejections           uint64 `json:"ejections"`
-	// LastError is the class of the target's last failed attempt (README, Metrics: the attempt
-	// classes), and LastErrorAt when it ended; absent before any.
+	// LastError is the class of the target's last failed attempt (docs/operations.md, Metrics:
+	// the attempt classes), and LastErrorAt when it ended; absent before any.
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 	// AnswerLatencyMS is the recent time to response headers of the target's answers, in
@@ -52,8 +50,8 @@ type TargetState struct {
 	// (requests, tokens, input_tokens, output_tokens); absent before any.
 	RateLimit map[string]QuotaState `json:"ratelimit,omitempty"`
 	// PrefillRefused lists the models the target refused a prefill for since start, which
-	// resumes in the auto form ask by instruction (README, Resume a cut stream); absent
-	// before any.
+	// resumes in the auto form ask by instruction (docs/streams.md, Resume a cut stream);
+	// absent before any.
 	PrefillRefused []string `json:"prefill_refused,omitempty"`
 }
 
@@ -64,70 +62,13 @@ type QuotaState struct {
 	Reset     time.Time `json:"reset,omitzero"` // when it is full again, in policy time
 }
 
-// noteError records the class of a failed attempt on t, at now (policy time), for the table.
-// Two atomic stores: the table may pair a class with the time of the failure just before it.
-func (t *Target) noteError(c classify.Class, now time.Time) {
-	t.lastErrorAt.Store(now.UnixNano())
-	t.lastError.Store(uint32(c) + 1)
-}
-
-// observeAnswer folds an answer's time to response headers into answerNS, for the table.
-func (t *Target) observeAnswer(d time.Duration) { foldLatency(&t.answerNS, d) }
-
-// targetTable returns the target table now.
-func (s *Server) targetTable() TargetTable {
-	now := s.clock.Now()
-	table := TargetTable{Time: now.UTC(), Targets: make([]TargetState, 0, len(s.targets))}
-	for _, t := range s.targets {
-		h := t.health.Snapshot(now)
-		ts := TargetState{Name: t.Name, URL: t.shownURL, State: h.State.String(), Until: utc(h.Until),
-			ConsecutiveFailures: h.Failures, Ejections: h.Ejections}
-		if c := t.lastError.Load(); c > 0 {
-			ts.LastError = classify.Class(c - 1).String()
-			ts.LastErrorAt = time.Unix(0, t.lastErrorAt.Load()).UTC()
-		}
-		ts.AnswerLatencyMS = milliseconds(t.answerNS.Load())
-		ts.LatencyMS = milliseconds(t.latencyNS.Load())
-		for q := range budget.NumQuotas {
-			f := h.Figures[q]
-			if !f.HasRemaining {
-				continue
-			}
-			if ts.RateLimit == nil {
-				ts.RateLimit = make(map[string]QuotaState)
-			}
-			qs := QuotaState{Remaining: f.Remaining, Reset: utc(f.Reset)}
-			if f.HasLimit {
-				qs.Limit = f.Limit
-			}
-			ts.RateLimit[q.String()] = qs
-		}
-		ts.PrefillRefused = t.prefillRefused.list()
-		table.Targets = append(table.Targets, ts)
+// JSON renders the table as GET /targets serves it: indented JSON and a final newline.
+func (t *TargetTable) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return nil, err
 	}
-	return table
-}
-
-// milliseconds renders a moving average in nanoseconds as milliseconds to the microsecond.
-func milliseconds(ns int64) float64 { return float64(time.Duration(ns).Microseconds()) / 1000 }
-
-// utc returns t in UTC without its monotonic reading, the zero time as it is.
-func utc(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	return t.UTC()
-}
-
-// serveTargets answers GET /targets on the metrics listener with the table as JSON.
-func (s *Server) serveTargets(ctx *fasthttp.RequestCtx) {
-	b, err := json.MarshalIndent(s.targetTable(), "", "  ")
-	if err != nil { // the table holds only strings, numbers and times
-		ctx.Error("cannot render the target table", fasthttp.StatusInternalServerError)
-		return
-	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
+	return append(b, '\n'), nil
 }
 
 // WriteTargetTable prints the table for a person (`failover targets`): one line per target,

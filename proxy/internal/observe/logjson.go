@@ -1,16 +1,15 @@
-package proxy
+package observe
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
-	"unsafe"
+
+	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
 // JSONHandler is the slog.Handler for FAILOVER_LOG_FORMAT=json: one JSON object per line,
@@ -80,7 +79,7 @@ func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
 
 // handleFields writes a record whose one attribute is f, spliced in as Handle splices a
 // FieldsAppender, without the slog.Record around it: the request record takes this way
-// (logRequest), once per request.
+// (Record.Log), once per request.
 func (h *JSONHandler) handleFields(t time.Time, level slog.Level, msg string, f FieldsAppender) error {
 	bp := lineBuffers.Get().(*[]byte)
 	b := append(h.appendHead((*bp)[:0], t, level, msg), ',')
@@ -99,7 +98,7 @@ func (h *JSONHandler) appendHead(b []byte, t time.Time, level slog.Level, msg st
 	b = append(b, `"level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","msg":`...)
-	return appendJSONStr(b, msg)
+	return jsonscan.AppendQuote(b, msg)
 }
 
 // writeLine closes the groups and the line, writes it with one Write, and gives the buffer
@@ -126,7 +125,7 @@ func (h *JSONHandler) writeLine(bp *[]byte, b []byte) error {
 
 // stampCache writes record times as time.RFC3339Nano does, keeping the text of the last second
 // it wrote: the date, the time of day and the zone change once a second, and formatting them
-// was most of a record's time field. Safe for concurrent use; it allocates nothing.
+// is most of the cost of a record's time field. Safe for concurrent use; it allocates nothing.
 type stampCache struct {
 	mu   sync.Mutex
 	sec  int64          // the Unix second of head and zone
@@ -181,7 +180,7 @@ func (h *JSONHandler) WithGroup(name string) slog.Handler {
 		return h
 	}
 	h2 := *h
-	h2.pre = appendJSONStr(append([]byte(nil), h.pre...), name)
+	h2.pre = jsonscan.AppendQuote(append([]byte(nil), h.pre...), name)
 	h2.pre = append(h2.pre, ':', '{')
 	h2.open++
 	return &h2
@@ -199,7 +198,7 @@ func appendAttr(b []byte, a slog.Attr) []byte {
 			}
 			return b
 		case JSONAppender:
-			b = appendJSONStr(b, a.Key)
+			b = jsonscan.AppendQuote(b, a.Key)
 			b = append(b, ':')
 			return append(v.AppendJSON(b), ',')
 		}
@@ -219,18 +218,18 @@ func appendAttr(b []byte, a slog.Attr) []byte {
 			}
 			return b
 		}
-		b = appendJSONStr(b, a.Key)
+		b = jsonscan.AppendQuote(b, a.Key)
 		b = append(b, ':', '{')
 		for _, ga := range attrs {
 			b = appendAttr(b, ga)
 		}
 		return append(trimComma(b), '}', ',')
 	}
-	b = appendJSONStr(b, a.Key)
+	b = jsonscan.AppendQuote(b, a.Key)
 	b = append(b, ':')
 	switch v.Kind() {
 	case slog.KindString:
-		b = appendJSONStr(b, v.String())
+		b = jsonscan.AppendQuote(b, v.String())
 	case slog.KindInt64:
 		b = strconv.AppendInt(b, v.Int64(), 10)
 	case slog.KindUint64:
@@ -247,12 +246,12 @@ func appendAttr(b []byte, a slog.Attr) []byte {
 		b = append(b, '"')
 	default:
 		if err, ok := v.Any().(error); ok {
-			b = appendJSONStr(b, err.Error())
+			b = jsonscan.AppendQuote(b, err.Error())
 			break
 		}
 		j, err := json.Marshal(v.Any())
 		if err != nil {
-			b = appendJSONStr(b, "!ERROR:"+err.Error())
+			b = jsonscan.AppendQuote(b, "!ERROR:"+err.Error())
 			break
 		}
 		b = append(b, j...)
@@ -265,68 +264,6 @@ func trimComma(b []byte) []byte {
 		return b[:len(b)-1]
 	}
 	return b
-}
-
-// appendJSONStr appends s as a JSON string: quotes, backslashes and control characters
-// escaped, invalid UTF-8 replaced by U+FFFD, as encoding/json does.
-func appendJSONStr(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	// Eight bytes at a time while they are all plain: printable ASCII but the quote and the
-	// backslash (the word tricks of jsonscan's SkipString, and a test of the high bits).
-	i := 0
-	for ; len(s)-i >= 8; i += 8 {
-		const ones, highs = 0x0101010101010101, 0x8080808080808080
-		w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
-		q, bs := w^(ones*'"'), w^(ones*'\\')
-		if ((q-ones)&^q|(bs-ones)&^bs|(w-ones*0x20)&^w|w)&highs != 0 {
-			break
-		}
-	}
-	start := 0
-	for i < len(s) {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&15])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // LogWriter batches log lines: writes go to a buffer and reach the underlying writer when it
