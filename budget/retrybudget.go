@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The retry budget's window: ten buckets of one second, as Linkerd's and Finagle's budgets keep ten seconds.
+// The window of the retry and hedge budgets: ten buckets of one second, as Linkerd's and Finagle's budgets keep
+// ten seconds.
 const (
 	budgetBuckets = 10
 	budgetBucket  = time.Second
@@ -18,17 +19,12 @@ const (
 // storm of retries multiplied by every request in flight, while the floor lets a quiet sidecar still recover.
 // Ratio 0 means unlimited.
 //
-// One RetryBudget per process, shared by every request: safe for concurrent use, lock-free and allocation-free.
-// Each bucket counter is one 64-bit word holding the bucket's second (high 32 bits) and its count (low 32), so a
-// bucket moves to a new second and counts in one compare-and-swap, and the limit is never overshot under
-// concurrency.
+// One RetryBudget per process, shared by every request: safe for concurrent use, lock-free and allocation-free
+// (ratioWindow).
 type RetryBudget struct {
-	ratio  float64 // <= 0: unlimited
-	floor  float64 // minPerSecond × window seconds
-	origin time.Time
-
-	requests [budgetBuckets]atomic.Uint64
-	retries  [budgetBuckets]atomic.Uint64
+	ratio float64 // <= 0: unlimited
+	floor float64 // minPerSecond × window seconds
+	w     ratioWindow
 }
 
 // NewRetryBudget returns a budget allowing ratio retries and transfers per first attempt plus minPerSecond per
@@ -36,23 +32,18 @@ type RetryBudget struct {
 // monotonic clock, not wall-clock jumps); nil means SystemClock. The now given to Request and Withdraw must come
 // from the same clock.
 func NewRetryBudget(ratio float64, minPerSecond int, clock Clock) *RetryBudget {
-	if clock == nil {
-		clock = SystemClock{}
-	}
 	return &RetryBudget{
-		ratio:  ratio,
-		floor:  float64(max(minPerSecond, 0)) * budgetBuckets,
-		origin: clock.Now(),
+		ratio: ratio,
+		floor: float64(max(minPerSecond, 0)) * budgetBuckets,
+		w:     newRatioWindow(clock),
 	}
 }
 
 // Request records that a request arrived (its first attempt): it adds ratio to what retries may spend.
 func (b *RetryBudget) Request(now time.Time) {
-	if !(b.ratio > 0) {
-		return
+	if b.ratio > 0 {
+		b.w.request(now)
 	}
-	s := b.second(now)
-	bump(&b.requests[s%budgetBuckets], s)
 }
 
 // Withdraw asks for a retry or transfer starting now. true means it is allowed and has been counted; false means
@@ -61,30 +52,63 @@ func (b *RetryBudget) Withdraw(now time.Time) bool {
 	if !(b.ratio > 0) {
 		return true
 	}
-	s := b.second(now)
+	return b.w.withdraw(now, b.ratio, b.floor)
+}
+
+// ratioWindow is the mechanism of RetryBudget and HedgeBudget: it counts first attempts and withdrawals in ten
+// one-second buckets, and admits a withdrawal while the withdrawals in the window stay within ratio × the first
+// attempts in the window + floor.
+//
+// Safe for concurrent use, lock-free and allocation-free. Each bucket counter is one 64-bit word holding the
+// bucket's second (high 32 bits) and its count (low 32), so a bucket moves to a new second and counts in one
+// compare-and-swap, and the limit is never overshot under concurrency.
+type ratioWindow struct {
+	origin time.Time
+
+	requests [budgetBuckets]atomic.Uint64
+	spent    [budgetBuckets]atomic.Uint64
+}
+
+// newRatioWindow reads clock (nil: SystemClock) once, for the origin of the bucket seconds.
+func newRatioWindow(clock Clock) ratioWindow {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return ratioWindow{origin: clock.Now()}
+}
+
+// request counts a first attempt at now.
+func (w *ratioWindow) request(now time.Time) {
+	s := w.second(now)
+	bump(&w.requests[s%budgetBuckets], s)
+}
+
+// withdraw counts a withdrawal at now and reports true if the window admits it; a refused one is taken back.
+func (w *ratioWindow) withdraw(now time.Time, ratio, floor float64) bool {
+	s := w.second(now)
 	cur := s % budgetBuckets
 	var requests, others uint64
 	for i := range uint32(budgetBuckets) {
-		requests += count(b.requests[i].Load(), s)
+		requests += count(w.requests[i].Load(), s)
 		if i != cur {
-			others += count(b.retries[i].Load(), s)
+			others += count(w.spent[i].Load(), s)
 		}
 	}
-	// The epsilon keeps 0.29 × 100 = 28.999999999999996 from losing a retry to rounding.
-	allowed := uint64(b.ratio*float64(requests) + b.floor + 1e-9)
-	w := bump(&b.retries[cur], s)
-	// Only the current bucket changes under us, and every Withdraw judges by its own increment of it, so the
+	// The epsilon keeps 0.29 × 100 = 28.999999999999996 from losing a withdrawal to rounding.
+	allowed := uint64(ratio*float64(requests) + floor + 1e-9)
+	word := bump(&w.spent[cur], s)
+	// Only the current bucket changes under us, and every withdrawal judges by its own increment of it, so the
 	// first one past the limit and all later ones are refused: no overshoot.
-	if others+uint64(uint32(w)) > allowed {
-		unbump(&b.retries[cur], w)
+	if others+uint64(uint32(word)) > allowed {
+		unbump(&w.spent[cur], word)
 		return false
 	}
 	return true
 }
 
 // second returns now's one-second bucket number since the origin (0 for a time before it).
-func (b *RetryBudget) second(now time.Time) uint32 {
-	return uint32(max(now.Sub(b.origin), 0) / budgetBucket)
+func (w *ratioWindow) second(now time.Time) uint32 {
+	return uint32(max(now.Sub(w.origin), 0) / budgetBucket)
 }
 
 // count returns the count in bucket word w if its second is within the window ending at second s.

@@ -5,7 +5,8 @@
 //
 // It is pure: no I/O, no clock, no goroutines, and it imports nothing of this module. The proxy
 // describes an attempt as an Outcome, asks Decide for a Verdict, and measures the budgets only
-// when the verdict wants to spend them (Limit). No other code decides retry or failover.
+// when the verdict wants to spend them (Limit). No other code decides retry or failover, nor
+// whether a cut stream is resumed (Resume) or a slow attempt hedged (Hedge).
 package classify
 
 import (

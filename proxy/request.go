@@ -30,23 +30,27 @@ func hasPathPrefix(path []byte, prefix string) bool {
 }
 
 // requestFields is what the sidecar reads from a request body: the top-level "model" (its
-// bytes, and where its string literal starts and ends, quotes included, for substitution) and
-// "stream". The body is scanned, not decoded. Model is a view into the body.
+// bytes, and where its string literal starts and ends, quotes included, for substitution),
+// "stream" and "store". The body is scanned, not decoded. Model is a view into the body.
 type requestFields struct {
 	model      []byte // raw string contents (escapes kept as sent; exchange.model is decoded)
 	modelStart int    // index of the opening quote; -1 when there is no model string
 	modelEnd   int    // index just past the closing quote
 	stream     bool   // "stream": true
-	json       bool   // the body is a JSON object the scanner walked to its end
+	// noStore: "store": false. A Responses API request stores its response unless it says so
+	// (the API's default is true), and a stored response is never hedged (docs/streams.md#hedging):
+	// absent, or any other value, is stored.
+	noStore bool
+	json    bool // the body is a JSON object the scanner walked to its end
 }
 
-// scanRequest reads the top-level "model" and "stream" of a JSON object without decoding the
-// document; it does validate all of it (jsonscan's rules: RFC 8259, nesting up to
+// scanRequest reads the top-level "model", "stream" and "store" of a JSON object without
+// decoding the document; it does validate all of it (jsonscan's rules: RFC 8259, nesting up to
 // jsonscan.MaxDepth), so it agrees with encoding/json on what is JSON. A body that is not a
 // well-formed JSON object (multipart audio, garbage) yields json=false and no fields: it is
-// forwarded untouched and treated as non-streaming. Keys are compared decoded ("mod\u0065l"
-// is model to every JSON parser). Later duplicate keys win, as in most JSON parsers. It never
-// allocates and never recurses.
+// forwarded untouched and treated as non-streaming (and as stored). Keys are compared decoded
+// ("mod\u0065l" is model to every JSON parser). Later duplicate keys win, as in most JSON
+// parsers. It never allocates and never recurses.
 func scanRequest(b []byte) requestFields {
 	f := requestFields{modelStart: -1}
 	var c jsonscan.Cursor
@@ -64,6 +68,8 @@ func scanRequest(b []byte) requestFields {
 			}
 		case jsonscan.StringIs(key, "stream"):
 			f.stream = string(val) == "true"
+		case jsonscan.StringIs(key, "store"):
+			f.noStore = string(val) == "false"
 		}
 	}
 	if end := c.End(); end < 0 || jsonscan.SkipSpace(b, end) != len(b) {

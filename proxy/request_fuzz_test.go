@@ -11,10 +11,10 @@ import (
 )
 
 // FuzzScanRequest checks the request scanner against encoding/json: it says json=true
-// exactly for a body that is a valid JSON object; on such a body its model and stream are
-// the document's top-level "model" (raw string contents, escapes as sent, and decoded as
-// encoding/json decodes it) and "stream" (the literal true), later duplicates winning; on any
-// other body it reads nothing; and substituting the model changes the model's string literal
+// exactly for a body that is a valid JSON object; on such a body its model, stream and noStore
+// are the document's top-level "model" (raw string contents, escapes as sent, and decoded as
+// encoding/json decodes it), "stream" (the literal true) and "store" (the literal false), later
+// duplicates winning; on any other body it reads nothing; and substituting the model changes the model's string literal
 // and not another byte. It never panics. Seeds: testdata/fuzz/FuzzScanRequest.
 func FuzzScanRequest(f *testing.F) {
 	for _, s := range []string{
@@ -26,6 +26,8 @@ func FuzzScanRequest(f *testing.F) {
 		`{"a":[1,{"b":"]"}],"stream":true}`,
 		`{"mod\u0065l":"gpt-4o","str\u0065am":true,"m\u006fdel\n":"x","model\u0000":"y"}`,
 		`{"model":"openai\/gpt\u002d4o \ud83d\ude00 \ud83d\u0041 \ude00 \"\\\b\f\n\r\t"}`,
+		`{"model":"gpt-4o","store":false,"input":"hi","stream":true}`,
+		`{"store":false,"metadata":{"store":true},"st\u006fre":"false"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -40,7 +42,7 @@ func FuzzScanRequest(f *testing.F) {
 		if !object {
 			return
 		}
-		model, hasModel, stream := topLevel(t, body)
+		model, hasModel, stream, noStore := topLevel(t, body)
 		switch {
 		case hasModel && (got.modelStart < 0 || !bytes.Equal(got.model, model)):
 			t.Fatalf("model: scanned %q (at %d), the document has %q:\n%s", got.model, got.modelStart, model, show(body))
@@ -48,6 +50,8 @@ func FuzzScanRequest(f *testing.F) {
 			t.Fatalf("model: scanned %q, the document has no string model:\n%s", got.model, show(body))
 		case got.stream != stream:
 			t.Fatalf("stream: scanned %v, the document has %v:\n%s", got.stream, stream, show(body))
+		case got.noStore != noStore:
+			t.Fatalf("store: scanned noStore=%v, the document's store is false: %v:\n%s", got.noStore, noStore, show(body))
 		}
 		if !hasModel {
 			return
@@ -66,8 +70,8 @@ func FuzzScanRequest(f *testing.F) {
 			t.Fatalf("substitution changed other bytes:\n%s\n%s", show(body), show(out))
 		}
 		again := scanRequest(out)
-		if !again.json || string(again.model) != sub || again.stream != got.stream || !isJSONObject(out) {
-			t.Fatalf("after substitution: json=%v model=%q stream=%v:\n%s", again.json, again.model, again.stream, show(out))
+		if !again.json || string(again.model) != sub || again.stream != got.stream || again.noStore != got.noStore || !isJSONObject(out) {
+			t.Fatalf("after substitution: json=%v model=%q stream=%v noStore=%v:\n%s", again.json, again.model, again.stream, again.noStore, show(out))
 		}
 		var before, after map[string]json.RawMessage
 		if json.Unmarshal(body, &before) != nil || json.Unmarshal(out, &after) != nil {
@@ -85,8 +89,8 @@ func FuzzScanRequest(f *testing.F) {
 func checkScanShape(t *testing.T, body []byte, f requestFields) {
 	t.Helper()
 	if !f.json {
-		if f.model != nil || f.modelStart != -1 || f.stream {
-			t.Fatalf("fields read from a body that is not a JSON object: model=%q start=%d stream=%v\n%s", f.model, f.modelStart, f.stream, show(body))
+		if f.model != nil || f.modelStart != -1 || f.stream || f.noStore {
+			t.Fatalf("fields read from a body that is not a JSON object: model=%q start=%d stream=%v noStore=%v\n%s", f.model, f.modelStart, f.stream, f.noStore, show(body))
 		}
 		return
 	}
@@ -119,9 +123,10 @@ func isJSONObject(b []byte) bool {
 }
 
 // topLevel decodes a valid JSON object's top-level "model" (the raw contents of its string
-// literal, when it is a string; the last one wins) and "stream" (whether it is the literal
-// true), their keys however they are spelt ("mod\u0065l" is "model").
-func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream bool) {
+// literal, when it is a string; the last one wins), "stream" (whether it is the literal true)
+// and "store" (whether it is the literal false), their keys however they are spelt
+// ("mod\u0065l" is "model").
+func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream, noStore bool) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -146,9 +151,11 @@ func topLevel(t *testing.T, body []byte) (model []byte, hasModel, stream bool) {
 			}
 		case "stream":
 			stream = string(v) == "true"
+		case "store":
+			noStore = string(v) == "false"
 		}
 	}
-	return model, hasModel, stream
+	return model, hasModel, stream, noStore
 }
 
 func TestScanErrorShape(t *testing.T) {

@@ -73,6 +73,7 @@ type Config struct {
 	StopRules    []classify.Rule
 	SuccessRules []classify.Rule
 	Resume       ResumeConfig
+	Hedge        HedgeConfig
 
 	// Warnings are the likely mistakes that still load: -check prints them, the start logs
 	// each once (config_warning).

@@ -38,6 +38,7 @@ func FuzzLoad(f *testing.F) {
 			"FAILOVER_PEEK_BYTES=" + size,
 			"FAILOVER_MAX_ATTEMPTS=" + size,
 			"FAILOVER_RETRY_BUDGET_RATIO=" + duration,
+			"FAILOVER_HEDGE_AFTER=" + duration,
 			"FAILOVER_STOP_RULE_0_STATUSES=" + statuses,
 			"FAILOVER_STOP_RULE_0_PATTERN=" + pattern,
 			"FAILOVER_SUCCESS_RULE_0_PATTERN=" + pattern,

@@ -73,6 +73,7 @@ func (c *Config) Describe() string {
 	line("FAILOVER_RETRY_BUDGET_RATIO=%g  FAILOVER_RETRY_BUDGET_MIN=%d", bc.RetryBudgetRatio, bc.RetryBudgetMin)
 	line("FAILOVER_RATELIMIT_AWARE=%t  FAILOVER_RATELIMIT_FLOOR=%g", bc.RateLimitAware, bc.RateLimitFloor)
 	line("%s", c.Resume.describe(c.Targets))
+	line("%s", c.Hedge.describe())
 	for _, l := range classify.NewPolicy(c.Classify, c.StopRules, c.SuccessRules, bc.RetryAfterMax).Describe() {
 		line("%s", l)
 	}

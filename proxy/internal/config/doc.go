@@ -2,10 +2,10 @@
 // once, at start, into a Config that is immutable afterwards (docs/configuration.md, the
 // Configuration reference). Each package owns its section's type (budget.Config,
 // classify.Config); this package reads them, with its own sections (ServerConfig, the
-// targets, the rules, ResumeConfig), and validates every variable: Load reports every problem
-// at once, each naming its variable, never showing a secret. It also finds the settings that
-// load but likely do not do what they were set for (Warnings), and renders the effective
-// policy for `failover -check` (Describe).
+// targets, the rules, ResumeConfig, HedgeConfig), and validates every variable: Load reports
+// every problem at once, each naming its variable, never showing a secret. It also finds the
+// settings that load but likely do not do what they were set for (Warnings), and renders the
+// effective policy for `failover -check` (Describe).
 //
 // It never serves a request and never decides anything about one: it opens no socket, except
 // Check's test that the listen addresses can be bound, and it imports nothing of the request
@@ -26,6 +26,8 @@
 //   - baseurl.go: a target URL that ends in an API operation, or that misses a well-known
 //     provider's base path.
 //   - resume.go: ResumeConfig, the resume modes (ResumeMode) and their validation.
+//   - hedge.go: HedgeConfig, FAILOVER_HEDGE_AFTER's two forms (HedgeAfter) and their
+//     validation.
 //   - check.go: Check's bind test of the listen addresses, and what to do when one fails.
 //   - warnings.go: Warning, and the settings that the rest of the configuration leaves
 //     without effect.

@@ -39,6 +39,7 @@ func load(environ []string, requireTargets, bind bool) (*Config, error) {
 	l.section(&c.Budget, envPrefix)
 	l.section(&c.Classify, envPrefix)
 	l.section(&c.Resume, envPrefix)
+	l.section(&c.Hedge, envPrefix)
 
 	indices := l.checkNames()
 	for i := range indices["TARGET"] {
@@ -61,6 +62,7 @@ func load(environ []string, requireTargets, bind bool) (*Config, error) {
 	}
 	l.validateTargets(c, requireTargets)
 	l.validateResume(c)
+	l.validateHedge(c)
 
 	if len(l.problems) > 0 {
 		return nil, &ConfigError{Problems: l.problems}

@@ -56,6 +56,7 @@ func knownNames() []string {
 	names = append(names, envNames(reflect.TypeOf(budget.Config{}), envPrefix)...)
 	names = append(names, envNames(reflect.TypeOf(classify.Config{}), envPrefix)...)
 	names = append(names, envNames(reflect.TypeOf(ResumeConfig{}), envPrefix)...)
+	names = append(names, envNames(reflect.TypeOf(HedgeConfig{}), envPrefix)...)
 	return names
 }
 

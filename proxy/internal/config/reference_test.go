@@ -59,6 +59,7 @@ func TestDocsConfigurationListsEveryVariable(t *testing.T) {
 		{envPrefix, reflect.TypeOf(budget.Config{})},
 		{envPrefix, reflect.TypeOf(classify.Config{})},
 		{envPrefix, reflect.TypeOf(ResumeConfig{})},
+		{envPrefix, reflect.TypeOf(HedgeConfig{})},
 		{envPrefix + "TARGET_<i>_", reflect.TypeOf(TargetConfig{})},
 		{envPrefix + "STOP_RULE_<i>_", reflect.TypeOf(ruleConfig{})},
 	} {

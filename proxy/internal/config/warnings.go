@@ -80,6 +80,32 @@ func (l *loader) warnNoEffect(c *Config) {
 		l.warn(envPrefix+"RESUME", "has no effect: no target is marked resumable; set FAILOVER_TARGET_<i>_RESUME on the targets a cut stream may continue on")
 	}
 
+	// A hedge is a second attempt, on the next target, while the first goes on
+	// (docs/streams.md#hedging): off, disabled or with one target there is none, and only the
+	// percentile form has a minimum.
+	h := &c.Hedge
+	switch {
+	case !h.After.On():
+		for _, n := range []string{"HEDGE_AFTER_MIN", "HEDGE_BUDGET_RATIO"} {
+			if set(envPrefix + n) {
+				l.warn(envPrefix+n, "has no effect while FAILOVER_HEDGE_AFTER=0, which turns hedging off")
+			}
+		}
+	case !b.Enabled:
+		for _, n := range []string{"HEDGE_AFTER", "HEDGE_AFTER_MIN", "HEDGE_BUDGET_RATIO"} {
+			if set(envPrefix + n) {
+				l.warn(envPrefix+n, "has no effect with FAILOVER_ENABLED=false, which allows one attempt: no hedge")
+			}
+		}
+	case len(c.Targets) == 1:
+		l.warn(envPrefix+"HEDGE_AFTER", "has no effect with one target: a hedge goes to the next target")
+	case h.BudgetRatio == 0:
+		l.warn(envPrefix+"HEDGE_AFTER", "has no effect with FAILOVER_HEDGE_BUDGET_RATIO=0, which allows no hedge")
+	}
+	if h.After.Fixed > 0 && set(envPrefix+"HEDGE_AFTER_MIN") {
+		l.warn(envPrefix+"HEDGE_AFTER_MIN", "has no effect with FAILOVER_HEDGE_AFTER=%s: the minimum bounds only a percentile (p50 to p99)", h.After)
+	}
+
 	// Only sticky reads the header, and only round-robin and sticky weigh targets (proxy's
 	// selection.go).
 	if s.Strategy != "sticky" && set(envPrefix+"STICKY_HEADER") {

@@ -51,6 +51,17 @@ func TestLoadWarnsAboutSettingsWithoutEffect(t *testing.T) {
 		{"auth without a key", []string{"FAILOVER_TARGET_0_AUTH=none"},
 			map[string]string{"FAILOVER_TARGET_0_AUTH": `FAILOVER_TARGET_0_AUTH="none": has no effect without a key: the client's own credentials are forwarded as they came`}},
 		{"auth with a key", []string{"FAILOVER_TARGET_0_AUTH=x-api-key", "FAILOVER_TARGET_0_API_KEY=sk-test-not-shown"}, nil},
+		{"a hedge minimum and budget with hedging off", []string{"FAILOVER_HEDGE_AFTER=0", "FAILOVER_HEDGE_AFTER_MIN=1s", "FAILOVER_HEDGE_BUDGET_RATIO=0.1"},
+			map[string]string{"FAILOVER_HEDGE_AFTER_MIN": `FAILOVER_HEDGE_AFTER_MIN="1s": has no effect while FAILOVER_HEDGE_AFTER=0, which turns hedging off`,
+				"FAILOVER_HEDGE_BUDGET_RATIO": "has no effect while FAILOVER_HEDGE_AFTER=0"}},
+		{"a hedge minimum with a fixed delay", []string{"FAILOVER_HEDGE_AFTER=1s", "FAILOVER_HEDGE_AFTER_MIN=1s", "FAILOVER_HEDGE_BUDGET_RATIO=0.1"},
+			map[string]string{"FAILOVER_HEDGE_AFTER_MIN": "has no effect with FAILOVER_HEDGE_AFTER=1s: the minimum bounds only a percentile (p50 to p99)"}},
+		{"a hedge minimum with a percentile", []string{"FAILOVER_HEDGE_AFTER=p95", "FAILOVER_HEDGE_AFTER_MIN=1s", "FAILOVER_HEDGE_BUDGET_RATIO=0.1"}, nil},
+		{"hedging with failover disabled", []string{"FAILOVER_ENABLED=false", "FAILOVER_HEDGE_AFTER=p95", "FAILOVER_HEDGE_BUDGET_RATIO=0.1"},
+			map[string]string{"FAILOVER_HEDGE_AFTER": `FAILOVER_HEDGE_AFTER="p95": has no effect with FAILOVER_ENABLED=false, which allows one attempt: no hedge`,
+				"FAILOVER_HEDGE_BUDGET_RATIO": "has no effect with FAILOVER_ENABLED=false"}},
+		{"hedging with no hedge budget", []string{"FAILOVER_HEDGE_AFTER=2s", "FAILOVER_HEDGE_BUDGET_RATIO=0"},
+			map[string]string{"FAILOVER_HEDGE_AFTER": "has no effect with FAILOVER_HEDGE_BUDGET_RATIO=0, which allows no hedge"}},
 		{"nothing set", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
