@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/hex"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"time"
@@ -256,6 +257,13 @@ func (ex *exchange) finish() {
 	s := ex.srv
 	now := ex.tick()
 	ex.closeConn()
+	if ex.lease.held() {
+		// Every lease ends in the attempt step (settleProbe): one held here is a bug, which
+		// would keep its target from every request for ever if it were not given back.
+		s.leakedProbes.Add(1)
+		observe.TargetEvent(s.log, slog.LevelError, "probe_lease_leaked", targetName(ex.lease.h, s.targets), ex.RequestID)
+	}
+	ex.settleProbe(nil)
 	ex.Duration = now.Sub(ex.start)
 	m := s.metrics
 	m.Request(ex.Family, ex.Outcome, ex.Duration, max(ex.Duration-ex.waited, 0))

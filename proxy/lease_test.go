@@ -1,69 +1,99 @@
 package proxy
 
 import (
+	"strings"
+
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/budget"
 )
 
-// TestProbeLeaseEndsOnce: a probe lease ends its probe once however often it is released. A
-// second release must not free the probe that another request has taken since: that request's
-// outcome would then no longer be the one the target waits for, and a third request would
-// probe the target at the same time.
-func TestProbeLeaseEndsOnce(t *testing.T) {
+// expiredEjection returns a target's health whose ejection has run out, and the time at which
+// its probe can be handed out.
+func expiredEjection() (*budget.Health, time.Time) {
 	h := budget.NewHealth(&budget.Config{EjectAfter: 1, EjectBase: time.Second, EjectMax: time.Second, EjectSilent: time.Second})
 	start := time.Unix(1000, 0)
 	h.Eject(start)
-	expired := start.Add(2 * time.Second)
-	probe := func() bool {
-		ok, probe := h.Available(expired)
-		return ok && probe
+	return h, start.Add(2 * time.Second)
+}
+
+func probeFree(h *budget.Health, at time.Time) bool {
+	ok, probe := h.Available(at)
+	if ok && probe {
+		h.Release()
 	}
-	if !probe() {
-		t.Fatal("an expired ejection hands out no probe")
+	return ok && probe
+}
+
+// TestSettleProbeEndsALeaseOnce: settleProbe gives back a probe the request learnt nothing from,
+// keeps one leased for the attempt that follows on its target, forgets one a health report ended,
+// and never frees a probe twice: a second settle must not free the probe another request holds.
+func TestSettleProbeEndsALeaseOnce(t *testing.T) {
+	h, at := expiredEjection()
+	other, _ := expiredEjection()
+	ex := &exchange{}
+	next := &Target{health: h}
+
+	h.Available(at)
+	ex.lease.take(h)
+	ex.settleProbe(next)
+	if probeFree(h, at) || !ex.lease.held() {
+		t.Fatal("a lease for the next attempt's target was not kept")
 	}
-	var first probeLease
-	first.take(h)
-	first.release()
-	if !probe() {
-		t.Fatal("the released probe was not handed out again")
+	ex.settleProbe(&Target{health: other})
+	if !probeFree(h, at) || ex.lease.held() {
+		t.Fatal("a lease for a target no attempt goes to was not given back")
 	}
-	var second probeLease
-	second.take(h)
-	first.release()
-	if ok, _ := h.Available(expired); ok {
-		t.Fatal("a second release freed the probe another request holds")
+
+	h.Available(at) // another request takes the probe
+	ex.settleProbe(nil)
+	if probeFree(h, at) {
+		t.Fatal("a second settle freed the probe another request holds")
 	}
-	second.reported()
-	second.release()
-	if ok, _ := h.Available(expired); ok {
-		t.Fatal("a release after the health report ended the probe freed it again")
+	h.Release()
+
+	h.Available(at)
+	ex.lease.take(h)
+	ex.lease.reported = true // a health report ended the probe (applyHealth)
+	h.Available(at)          // so another request may hold it now
+	ex.settleProbe(nil)
+	if probeFree(h, at) || ex.lease.held() {
+		t.Fatal("settling a reported lease freed the probe again")
 	}
 }
 
-// TestProbeLeaseTakeReleasesHeld: taking a probe while one is still held gives the held one
-// back, so a lease can never drop a probe unreleased (the target would be skipped for ever).
-func TestProbeLeaseTakeReleasesHeld(t *testing.T) {
-	cfg := &budget.Config{EjectAfter: 1, EjectBase: time.Second, EjectMax: time.Second, EjectSilent: time.Second}
-	a, b := budget.NewHealth(cfg), budget.NewHealth(cfg)
-	start := time.Unix(1000, 0)
-	a.Eject(start)
-	b.Eject(start)
-	expired := start.Add(2 * time.Second)
-	a.Available(expired)
-	b.Available(expired)
-	var l probeLease
-	l.take(a)
-	l.take(b)
-	if ok, probe := a.Available(expired); !ok || !probe {
-		t.Fatal("the first probe was dropped without being released")
+// TestFinishCatchesAHeldLease: an exchange that finishes with a probe still leased is counted
+// (Server.LeakedProbes, which every test sidecar checks at its end) and logged, and the probe is
+// given back so that the target is not skipped for ever.
+func TestFinishCatchesAHeldLease(t *testing.T) {
+	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://127.0.0.1:9/v1"}, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !l.held() {
-		t.Fatal("the lease holds nothing after take")
+	var log strings.Builder
+	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.release()
-	if ok, probe := b.Available(expired); !ok || !probe {
-		t.Fatal("the second probe was not released")
+	h, at := expiredEjection()
+	ex := s.pool.Get().(*exchange)
+	ex.begin(new(fasthttp.RequestCtx))
+	s.active.Add(1)
+	h.Available(at)
+	ex.lease.take(h)
+	ex.finish()
+	if s.LeakedProbes() != 1 {
+		t.Fatalf("LeakedProbes = %d, want 1", s.LeakedProbes())
+	}
+	if !strings.Contains(log.String(), "probe_lease_leaked") {
+		t.Fatalf("no probe_lease_leaked in the log: %s", log.String())
+	}
+	if !probeFree(h, at) {
+		t.Fatal("the leaked probe was not given back")
 	}
 }

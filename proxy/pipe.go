@@ -647,22 +647,18 @@ func (p *pipe) end(clientLeft bool) {
 // attempt ended at the last reading (ex.now), which its caller took.
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
-	s := ex.srv
 	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.Status, Committed: true, ClientGone: clientLeft}
 	if p.interrupted {
 		o.Kind = classify.KindInterrupted
 	}
-	v := s.policy.Decide(&o)
+	v := ex.judge(&o)
 	if p.attemptEnded {
 		return v
 	}
 	p.attemptEnded = true
 	if v.Health == classify.HealthFailure && !p.cut {
-		now := ex.policyNow()
-		p.a.t.noteError(v.Class, now) // a failure of the target's, as in its health (README, The target table)
-		if ejected, d := p.a.t.health.Failure(now); ejected {
-			ex.ejected(p.a, d, "stream_interrupted")
-		}
+		p.a.t.noteError(v.Class, ex.policyNow()) // a failure of the target's, as in its health (docs/operations.md, The target table)
+		ex.applyHealth(p.a, v)
 	}
 	if r := ex.Ledger.Last(); r != nil {
 		r.Duration = ex.now.Sub(p.a.start)

@@ -61,6 +61,12 @@ type resumption struct {
 	scratch []byte // whole events whose start was held
 	out     []byte // a continuation's events as the client gets them
 	comment []byte
+
+	// What accept found of a continuation's held events: the whole ones (whole bytes of them),
+	// how many of those it rewrote (rewrote), and an error event among them (errEvent, held
+	// back as the stream's next interruption).
+	whole, rewrote int
+	contErr        []byte
 }
 
 // reading reports whether the stream's events must go through the transcript: while it may
@@ -245,12 +251,13 @@ func (ex *exchange) continuationBody(form config.ResumeMode) {
 }
 
 // resumeCandidate returns the candidate a stream cut on target from is resumed on: the first
-// one marked resumable and available now, in the request's sweep order after from, going round
-// to those before it and from itself last; nil when there is none. A target whose ejection has
-// run out is handed out as its probe, as to any request (README, Health): the probe is held in
-// ex.lease, which the resume attempt's verdict ends (applyHealth), or tryResume releases when
-// no attempt is made.
-func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
+// one marked resumable and usable now, in the request's sweep order after from, going round
+// to those before it and from itself last; nil when there is none. It is asked twice: with
+// take false it takes nothing (budget.Health.Usable), to tell whether a resume could go
+// anywhere before the budgets are asked; with take true it takes the target (Available), and
+// a target whose ejection has run out is handed out as its probe, as to any request
+// (docs/decisions.md, Health): the probe is held in ex.lease, which the resume attempt settles.
+func (ex *exchange) resumeCandidate(from *Target, now time.Time, take bool) *Target {
 	n, pos := len(ex.cands), 0
 	for i, c := range ex.cands {
 		if c == from.Index {
@@ -260,6 +267,12 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time) *Target {
 	for k := 1; k <= n; k++ {
 		t := ex.srv.targets[ex.cands[(pos+k)%n]]
 		if t.resume == config.ResumeNone {
+			continue
+		}
+		if !take {
+			if t.health.Usable(now) {
+				return t
+			}
 			continue
 		}
 		if ok, probe := t.health.Available(now); ok {
@@ -430,19 +443,24 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	now := ex.policyNow()
 	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.closing.Load(),
 		ResumesLeft: r.resumes < s.cfg.Resume.Max, ElapsedOK: ex.budget.ElapsedAllows(now, 0), RetryBudgetOK: true}
-	var next *Target
 	if in.Enabled && in.Resumable && in.ResumesLeft && !in.ClientGone && !in.Cut {
-		next = ex.resumeCandidate(p.a.t, now)
-		in.Candidate = next != nil
+		in.Candidate = ex.resumeCandidate(p.a.t, now, false) != nil
 	}
 	why := classify.Resume(in)
 	if why == classify.ResumeOK && !s.retries.Withdraw(now) {
 		in.RetryBudgetOK = false
 		why = classify.Resume(in)
 	}
+	var next *Target
+	if why == classify.ResumeOK {
+		// Taken only now that the budgets let the resume happen: a probe handed out is
+		// always attempted. Another request may have taken the last usable one meanwhile.
+		if next = ex.resumeCandidate(p.a.t, now, true); next == nil {
+			why = classify.ResumeNoCandidate
+		}
+	}
 	if why != classify.ResumeOK {
-		ex.lease.release() // a probe the candidate was handed out as: no attempt is made
-		p.notResumed(why, now)
+		ex.notResumed(p.a, why)
 		return resumeSkipped, false
 	}
 
@@ -455,71 +473,29 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	p.release() // the start of an event the upstream was cut inside never goes out
 	ex.reusable = false
 	ex.closeConn()
-	form := ex.resumeForm(next)
+	rt := resumeTry{r: r, form: ex.resumeForm(next)}
 	a := &ex.cur
-	var o classify.Outcome
 	var v classify.Verdict
 	for {
-		ex.continuationBody(form)
-		ex.budget.Begin(ex.policyNow(), next.Index)
+		ex.continuationBody(rt.form)
 		*a = attempt{t: next, n: ex.Ledger.Len() + 1}
-		ex.do(a)
-		o = classify.Outcome{
-			Kind: a.kind, Status: a.status, Transport: a.transport, Silence: a.silence, Body: a.body, Truncated: a.truncated,
-			Chat: ex.Family == stream.Chat, OwnKey: next.ownKey, RetryAfter: a.retryAfter, HasRetryAfter: a.hasRetryAfter,
-			ClientGone: ex.gone, Resume: true, PrefillAsked: next.resume == config.ResumeAuto && form == config.ResumePrefill,
-		}
-		v = s.policy.Decide(&o)
-		if v.Reason != classify.ReasonPrefillRefused || a.cut {
+		v, _ = ex.step(a, rt)
+		if v.Reason != classify.ReasonPrefillRefused || v.Action != classify.ActionRetry {
 			break
 		}
 		// The target refused the prefill: it is asked again by instruction, as part of the
-		// same resume. The refusal says nothing of its health, and a probe it was handed out
-		// as stays held for the attempt that follows.
-		ex.tick()
-		ex.prefillRefused(a)
-		if why := ex.instructAgain(); why != classify.ResumeOK {
-			v = classify.PrefillRetryStopped(v, why)
-			p.notResumed(why, ex.policyNow())
-			break
-		}
-		ex.record(a, v)
+		// same resume (step allowed it).
 		ex.closeConn()
-		form = config.ResumeInstruct
+		rt.form = config.ResumeInstruct
 	}
-	held, whole := ex.gate.Held(), 0
-	var n int
-	var errEvent []byte
-	ok := v.Action == classify.ActionCommit && a.sse && !a.cut
-	if ok {
-		whole = ex.gate.HeldWhole()
-		r.tr.Splice(form == config.ResumeInstruct)
-		r.out, n, errEvent = r.tr.Rewrite(r.out[:0], held[:whole])
-		ok = r.tr.Continues()
-	}
-	ex.tick() // the resume attempt's end
-	if !ok {
+	if v.Action != classify.ActionCommit {
 		// Nothing of the resume attempt reaches the client: it ends as the interruption did.
-		if !a.cut && !o.ClientGone && ex.clientGone() {
-			// As run looks again before it acts on a failed attempt: the client may have left
-			// while the attempt ran, and then its outcome says nothing of the target (README,
-			// The decision order, rule 1).
-			o.ClientGone = true
-			v = s.policy.Decide(&o)
-		}
 		if a.cut {
-			v = classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
 			p.cut = true
-			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
 			// The shutdown, not the interruption the resume was to mend, ends the stream: the
 			// client is told so, as of any stream the shutdown cuts (finishBody).
 			msg, r.errEvent = errShutdown.Error(), r.errEvent[:0]
-		} else {
-			ex.applyHealth(a, v)
-		}
-		v = classify.ResumeStopped(v)
-		ex.record(a, v)
-		if !ex.gone && !a.cut {
+		} else if !ex.gone {
 			next.metrics.Resume(observe.ResumeFailed)
 		}
 		ex.closeConn()
@@ -530,45 +506,55 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		return resumeEnded, clientLeft
 	}
 
-	ex.applyHealth(a, v)
-	ex.record(a, v)
 	if rec := ex.Ledger.Last(); rec != nil {
 		rec.Phase, rec.Continued, rec.Delivered = observe.PhaseResumed, true, delivered
 	}
 	// The original interruption is over; the continuation's own, if it came with its first
 	// events, is the next one.
 	r.errEvent = r.errEvent[:0]
-	r.hold(errEvent)
-	r.broken = errEvent == nil && n < whole
+	r.hold(r.contErr)
+	r.broken = r.contErr == nil && r.rewrote < r.whole
 	r.spliced = true
 	p.a, p.cont, p.attemptEnded, p.interrupted = a, true, false, false
 	ex.Outcome = observe.OutcomeOKAfterFailover
 	ex.event(slog.LevelInfo, "stream_resumed", a, slog.String("from", from.Name),
-		slog.Int("delivered_bytes", delivered), slog.String("form", form.String()))
+		slog.Int("delivered_bytes", delivered), slog.String("form", rt.form.String()))
 	r.comment = append(append(append(r.comment[:0], ": failover resumed on "...), next.Name...), "\n\n"...)
 	if err := p.send(w, nil, false, r.comment, r.out); err != nil {
 		return resumeEnded, true
 	}
 	if !r.stopped() {
-		p.keep(nil, held[whole:])
+		p.keep(nil, ex.gate.Held()[r.whole:])
 	}
 	a.body = nil
 	ex.shed()
 	return resumeContinues, false
 }
 
+// accept splices a committed continuation's held events into the client's stream when they
+// start with text (stream.Transcript: Splice, Rewrite, Continues), in form; the events it
+// rewrote wait in r.out. It reports false when the continuation cannot go on the client's
+// stream (a tool call or reasoning first): the resume then stops.
+func (r *resumption) accept(ex *exchange, form config.ResumeMode) bool {
+	held := ex.gate.Held()
+	r.whole = ex.gate.HeldWhole()
+	r.tr.Splice(form == config.ResumeInstruct)
+	r.out, r.rewrote, r.contErr = r.tr.Rewrite(r.out[:0], held[:r.whole])
+	return r.tr.Continues()
+}
+
 // notResumed reports an interruption that was not resumed: the budgets' refusals as for a
 // transfer (README, Named log events), and every refusal but a cancellation as
 // stream_not_resumed.
-func (p *pipe) notResumed(why classify.ResumeReason, now time.Time) {
-	ex := p.ex
+func (ex *exchange) notResumed(a *attempt, why classify.ResumeReason) {
+	now := ex.policyNow()
 	switch why {
 	case classify.ResumeCancelled:
 		return
 	case classify.ResumeElapsedLimit:
-		ex.reportLimit(p.a, classify.ReasonElapsedLimit, now)
+		ex.reportLimit(a, classify.ReasonElapsedLimit, now)
 	case classify.ResumeRetryBudget:
-		ex.reportLimit(p.a, classify.ReasonRetryBudget, now)
+		ex.reportLimit(a, classify.ReasonRetryBudget, now)
 	}
-	ex.event(slog.LevelInfo, "stream_not_resumed", p.a, slog.String("reason", why.String()))
+	ex.event(slog.LevelInfo, "stream_not_resumed", a, slog.String("reason", why.String()))
 }

@@ -13,7 +13,8 @@
 //
 //	server.go     Server.serveProxy takes an exchange for the request and answers what needs no target
 //	exchange.go   the exchange: what one request holds, and who owns it when (its lifetime)
-//	attempt.go    exchange.run, the attempt loop: candidates, verdicts, budgets, health, the probe lease
+//	sweep.go      exchange.run, the sweep: candidates, one attempt at a time, each verdict executed; the budgets (limit)
+//	step.go       exchange.step, the one attempt step: send, decide (judge), health, record, the probe lease (settleProbe)
 //	attemptio.go  one attempt's I/O (do, readBody, peek) and its waits; clientGone: how the client is seen to leave
 //	headers.go    the upstream request's head, and the response headers the client gets
 //	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
@@ -98,6 +99,9 @@ type Server struct {
 	// a WaitGroup's Add from zero must happen before its Wait.
 	active  atomic.Int64
 	closing atomic.Bool // shutdown began: not ready, no new attempts after the current ones
+	// leakedProbes counts exchanges that finished with a probe lease still held (a bug: see
+	// exchange.finish). LeakedProbes reads it.
+	leakedProbes atomic.Int64
 	// conns are the open client connections: Shutdown closes those that wait for a request,
 	// and a wait after an answer longer than waitTick is ended (clientConns.endLongWaits).
 	conns    clientConns
@@ -322,6 +326,10 @@ func (s *Server) Shutdown(ctx context.Context) {
 		t.pool.closeIdle()
 	}
 }
+
+// LeakedProbes reports how many requests finished with a target's probe still leased: always
+// 0 unless the attempt step has a bug. The tests' sidecars and the drill's invariants check it.
+func (s *Server) LeakedProbes() int64 { return s.leakedProbes.Load() }
 
 // Ready reports whether at least one target is not ejected, and the server is not shutting
 // down: /readyz (README, Deployment, Kubernetes sidecar).

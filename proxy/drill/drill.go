@@ -331,7 +331,7 @@ func Run(cfg *config.Config, w io.Writer) int { return run(cfg, w, scenarios(), 
 
 // invariantNames are the invariants that hold under any policy, in the order they print.
 var invariantNames = []string{"no replay after commit", "no attempt after the client left", "no attempt that cannot help",
-	"budgets respected", "one final answer per request", "ledger complete"}
+	"budgets respected", "one final answer per request", "ledger complete", "every probe settled"}
 
 func run(cfg *config.Config, w io.Writer, list []*scenario, st style) int {
 	n := len(cfg.Targets)
@@ -456,6 +456,9 @@ func play(base *config.Config, names []string, sc *scenario, num int) *result {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
+		if n := srv.LeakedProbes(); n > 0 {
+			r.problems = append(r.problems, fmt.Sprintf("[every probe settled] %d request(s) ended with a target's probe still leased", n))
+		}
 	}()
 
 	id := fmt.Sprintf("drill-%d", num)

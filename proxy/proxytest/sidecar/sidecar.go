@@ -103,6 +103,9 @@ func StartWith(t testing.TB, cfg *config.Config, o Options) *Sidecar {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
+		if n := srv.LeakedProbes(); n > 0 {
+			t.Errorf("%d request(s) finished with a target's probe still leased (probe_lease_leaked)", n)
+		}
 	})
 	return s
 }
