@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -468,7 +469,7 @@ func (ex *exchange) stopOutcome(v classify.Verdict) Outcome {
 	return OutcomeUpstreamError
 }
 
-// sleep waits d before a retry on the wall clock, asking clientGone every pollInterval; false
+// sleep waits d before a retry on the wall clock, asking clientGone every netio.PollInterval; false
 // when the client left (ex.gone) or the sidecar is ending what remains at shutdown. It reads
 // the clock at its start and after each nap, and ends at the last reading.
 func (ex *exchange) sleep(d time.Duration) bool {
@@ -484,7 +485,7 @@ func (ex *exchange) sleep(d time.Duration) bool {
 			ex.waited += ex.now.Sub(start)
 			return true
 		}
-		time.Sleep(min(left, pollInterval))
+		time.Sleep(min(left, netio.PollInterval))
 		ex.tick()
 	}
 }

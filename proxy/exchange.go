@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -33,9 +34,9 @@ import (
 //     serveStream reads nothing of the exchange after that.
 //
 // ctx, and the client's body (reqBody, upBody) with it, is valid only while the handler runs.
-// The one other goroutine that touches an exchange is a watch (upstream.go), which asks
-// clientGone on the owner's behalf while the owner is blocked in a dial or a request write:
-// see clientGone.
+// The one other goroutine that touches an exchange is a watch of netio's, which asks the
+// exchange's netio.Stop (stop, and clientGone through it) on the owner's behalf while the owner
+// is blocked in a dial or a request's write: see clientGone.
 //
 // Time. The exchange reads the clock at the points listed below and keeps the last reading
 // in now; whatever happens between two points uses that reading instead of reading again. A
@@ -54,11 +55,8 @@ import (
 //     the first attempt's budget.Begin;
 //   - do: the attempt's start (a.start: its deadlines, the pool's idle check), and again
 //     after a dial, or after a write that a stale pooled connection refused;
-//   - do: the request written (a.sent: the first-byte deadline, the start of the wait for
-//     the response head); when the wait for the head began in the call that wrote it
-//     (upConn.sendAwait), that call took this reading, and do takes the wait's end;
-//   - waitData, waitIdle: the start of a wait for the upstream (unless the caller just took
-//     one) and its end (ex.waited); the pollReader's first slice takes the same readings;
+//   - do: the request written (a.sent, read by netio.Conn.Send: the first-byte deadline, the
+//     start of the wait for the response head), and netio's waits read their own;
 //   - do: the response head parsed (a.ttfb; also the policy time of the rate-limit figures);
 //   - fail: a failed attempt's end, for least-latency's sample;
 //   - run (tryResume for a resume's attempt): the verdict, that is the attempt's end (its
@@ -113,8 +111,8 @@ type exchange struct {
 	upHead   []byte // the upstream request's head, built by buildRequest
 	upBody   []byte // its body: the client's (valid while the handler runs), or subBody
 	upResp   fasthttp.Response
-	conn     *upConn
-	body     upBody // the upstream response's body, read in place
+	conn     *netio.Conn
+	body     netio.Body // the upstream response's body, read in place
 	respBody []byte
 	gate     stream.Gate
 	reusable bool // the upstream response was read to its end and the connection may be pooled
@@ -132,10 +130,9 @@ type exchange struct {
 	pipe            pipe
 	resume          *resumption // what a stream that may be resumed keeps (resume.go); nil until one was
 
-	client   clientPeer // the client's connection as clientGone looks at it; peerUnknown until looked up
+	client   netio.Peer // the client's connection as clientGone looks at it; the zero Peer until looked up
 	gone     bool
-	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
-	stopFn   func() bool
+	stopFn   netio.Stop         // ex.stop, made once: every wait on an upstream asks it
 	acceptFn func(pos int) bool // ex.mayFit, made once
 	// tooSmall are the models a context-window error showed too small for the request's
 	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
@@ -145,8 +142,8 @@ type exchange struct {
 }
 
 func newExchange(s *Server) *exchange {
-	ex := &exchange{srv: s, client: peerUnknown}
-	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.mayFit
+	ex := &exchange{srv: s}
+	ex.stopFn, ex.hijackFn, ex.acceptFn = ex.stop, ex.hijacked, ex.mayFit
 	return ex
 }
 
@@ -187,7 +184,7 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.traceID = append(ex.traceID[:0], traceIDOf(parent)...)
 	ex.ledger.reset()
 	ex.outcome, ex.status, ex.servedBy, ex.servedModel = OutcomeRejected, 0, nil, nil
-	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, peerUnknown, nil
+	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, netio.Peer{}, nil
 	ex.conn = nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/stream"
 )
 
@@ -86,8 +87,8 @@ func (ex *exchange) startStream(a *attempt) {
 		h.SetConnectionClose()
 	}
 	p.head = h.AppendBytes(p.head[:0])
-	if ex.client == peerUnknown {
-		ex.client = peerOf(ctx.Conn())
+	if !ex.client.Known() {
+		ex.client = netio.PeerOf(ctx.Conn())
 	}
 	if a.sse && ex.srv.cfg.Resume.On() {
 		p.res = ex.prepareResume() // nil unless the request may be resumed
@@ -118,12 +119,12 @@ func (ex *exchange) serveStream(c net.Conn) {
 	if keepAlive && !s.closing.Load() {
 		w.SetWriteDeadline(time.Time{}) // fasthttp sets none of its own: the stream's must not stay
 		serve := c
-		if cc, ok := w.(*clientConn); ok {
+		if cc, ok := w.(*netio.ClientConn); ok {
 			// The client connection itself is served, not fasthttp's wrapper of it: the next
 			// stream's hijack would wrap that wrapper, one level deeper per stream for as long
 			// as the client keeps the connection, and the handler's ctx.Conn() would hide the
-			// socket that tells when the client leaves (peerOf).
-			if !cc.reclaim(c) {
+			// socket that tells when the client leaves (netio.PeerOf).
+			if !cc.Reclaim(c) {
 				c.Close()
 				return
 			}
@@ -209,8 +210,8 @@ func (w *workers[T]) wait(jobs chan T) bool {
 }
 
 // retire ends the waits of the workers that, at now, have waited longer than idleFor. Besides
-// each worker that begins to wait, the server's endLongWaits calls it at every tick, so that
-// workers kept for a burst of streams end once it is over, traffic or not.
+// each worker that begins to wait, the server's periodic look (tend) calls it at every tick, so
+// that workers kept for a burst of streams end once it is over, traffic or not.
 func (w *workers[T]) retire(now time.Time) {
 	w.mu.Lock()
 	w.retireLocked(now)
@@ -287,7 +288,7 @@ const holdLimit = 64 << 10
 
 // holdBuffers lend the buffer that holds the start of an event, only while it holds one: a
 // stream waiting between events holds none.
-var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, upstreamBufferSize); return &b }}
+var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, netio.ReadBufferSize); return &b }}
 
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
 // the stream complete: README, Streams), or the client left (a write failed, or the client's
@@ -321,15 +322,18 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 }
 
 // pump pipes the upstream body to the client until it ends, and returns how: io.EOF at its
-// proper end, the error that cut it (errDeadline for the idle timeout), errShutdown,
-// errClientGone when a write to the client failed, or why a stream that may be resumed stopped
-// (resumption.stopped).
+// proper end, the error that cut it (netio.ErrDeadline for the idle timeout),
+// netio.ErrShutdown, netio.ErrClientGone when a write to the client failed or the client left
+// while the upstream was silent, or why a stream that may be resumed stopped
+// (resumption.stopped). The upstream's waits hold no read buffer where the socket can wait
+// without one (netio.Conn.ExpectLongWaits): an idle stream waits minutes between events.
 func (p *pipe) pump(w net.Conn) error {
 	ex := p.ex
 	c, body := ex.conn, &ex.body
 	if c == nil {
 		return p.bodyEnded(w, io.EOF)
 	}
+	c.ExpectLongWaits()
 	idle := ex.srv.cfg.Server.IdleTimeout
 	// A non-streaming request's answer (past the response buffer, or an image) is still one
 	// attempt, which FAILOVER_ATTEMPT_TIMEOUT bounds whole, whatever the idle timeout says.
@@ -342,30 +346,31 @@ func (p *pipe) pump(w net.Conn) error {
 			return p.res.stopErr()
 		}
 		if ex.srv.abort.Load() {
-			return errShutdown
+			return netio.ErrShutdown
 		}
-		if !body.done && body.err == nil {
-			now := ex.tick() // the last write to the client may have waited
-			deadline := deadlineAfter(now, idle)
+		if !body.Ended() {
+			deadline := deadlineAfter(ex.tick(), idle) // after the last write to the client, which may have waited
 			if !end.IsZero() && (deadline.IsZero() || end.Before(deadline)) {
 				deadline = end
 			}
-			if err := ex.waitIdle(c, deadline, now); err != nil {
+			waited, err := c.Wait(deadline, ex.stopFn)
+			ex.waited += waited
+			if err != nil {
 				return err
 			}
 		}
-		data, err := body.next()
+		data, err := body.Next()
 		if len(data) == 0 {
-			return p.bodyEnded(w, c.cause(err))
+			return p.bodyEnded(w, err)
 		}
 		whole := len(data)
 		if p.sse {
 			whole = ex.gate.Observe(data)
 		}
 		err = p.forward(w, nil, data, whole)
-		body.consume(len(data))
+		body.Consume(len(data))
 		if err != nil {
-			return errClientGone
+			return netio.ErrClientGone
 		}
 	}
 }
@@ -386,7 +391,7 @@ func (p *pipe) bodyEnded(w net.Conn, err error) error {
 		return err
 	}
 	if ferr := p.forward(w, nil, end, p.ex.gate.Observe(end)); ferr != nil {
-		return errClientGone
+		return netio.ErrClientGone
 	}
 	if p.res != nil && p.res.stopped() {
 		return p.res.stopErr() // the event was an error event, held back for the resume
@@ -403,9 +408,9 @@ func (p *pipe) bodyEnded(w net.Conn, err error) error {
 // record is not Finished for any family the sidecar reads as SSE).
 func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
-	case err == errClientGone:
+	case err == netio.ErrClientGone:
 		return false, true
-	case err == errShutdown:
+	case err == netio.ErrShutdown:
 		p.cut = true
 		return p.interrupt(w, "the sidecar is shutting down")
 	}
@@ -430,9 +435,9 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 // (finishBody deals with it), or an end after the upstream's own error event reached the client.
 func (p *pipe) interruption(err error) string {
 	switch {
-	case err == errClientGone || err == errShutdown:
+	case err == netio.ErrClientGone || err == netio.ErrShutdown:
 		return ""
-	case err == errDeadline:
+	case err == netio.ErrDeadline:
 		return "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT"
 	case err == errUpstreamEvent:
 		return "the upstream sent an error event after output began"
@@ -635,7 +640,7 @@ func (p *pipe) end(clientLeft bool) {
 	case p.interrupted:
 		ex.outcome = OutcomePartial
 	}
-	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
+	ex.reusable = !clientLeft && ex.body.Reusable() && !ex.upResp.ConnectionClose()
 	ex.closeConn()
 	ex.finish()
 }

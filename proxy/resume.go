@@ -13,6 +13,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
@@ -522,7 +523,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 			ex.lease.release() // the sidecar ended the attempt: it told nothing of the target
 			// The shutdown, not the interruption the resume was to mend, ends the stream: the
 			// client is told so, as of any stream the shutdown cuts (finishBody).
-			msg, r.errEvent = errShutdown.Error(), r.errEvent[:0]
+			msg, r.errEvent = netio.ErrShutdown.Error(), r.errEvent[:0]
 		} else {
 			ex.applyHealth(a, v)
 		}
