@@ -94,7 +94,7 @@ func (ex *exchange) closeConn() {
 func (ex *exchange) do(a *attempt) {
 	s, t := ex.srv, a.t
 	cfg := &s.cfg.Server
-	a.start = ex.tick()
+	a.start = time.Now()
 	ex.reusable = false
 	ex.buildRequest(a)
 	writeBy := deadlineAfter(a.start, cfg.AttemptTimeout)
@@ -111,7 +111,7 @@ func (ex *exchange) do(a *attempt) {
 		}
 		// The wait for the answer may begin within the write, bounded as the answer's own
 		// wait is, from a reading taken just before it.
-		a.sent, waited, err = c.Send(ex.upHead, ex.upBody, writeBy, ex.headerDeadline(a, ex.tick()), ex.stopFn)
+		a.sent, waited, err = c.Send(ex.upHead, ex.upBody, writeBy, ex.headerDeadline(a, time.Now()), ex.stopFn)
 		ex.waited += waited // a write that had to wait waited for the target to read, or to answer
 		if err != nil {
 			c.Close()
@@ -142,7 +142,7 @@ func (ex *exchange) do(a *attempt) {
 			// The target closed or reset the connection without a byte of answer. How long
 			// it had been silent is for classify to judge (docs/decisions.md, The decision
 			// order, rule 5).
-			a.silence = ex.tick().Sub(a.sent)
+			a.silence = time.Since(a.sent)
 		}
 		ex.fail(a, err)
 		return
@@ -150,7 +150,7 @@ func (ex *exchange) do(a *attempt) {
 	ex.body.Reset(c, resp, ex.head)
 	a.phase = PhaseBeforeContent
 	a.status = resp.StatusCode()
-	a.ttfb = ex.tick().Sub(a.sent)
+	a.ttfb = time.Since(a.sent)
 	t.metrics.firstByte.Update(a.ttfb.Seconds())
 	t.observeAnswer(a.ttfb)
 	ex.observeHead(a)
@@ -199,7 +199,7 @@ func (ex *exchange) fail(a *attempt, err error) {
 		// For least-latency a failure is a slow sample, never a fast one: a refused or reset
 		// connection fails in microseconds, and as its own time it would make a dead target
 		// the favourite. The client leaving or the shutdown say nothing about the target.
-		a.t.observeLatency(max(ex.tick().Sub(a.start), failedAttemptLatency(ex.srv.cfg.Server.ConnectTimeout)))
+		a.t.observeLatency(max(time.Since(a.start), failedAttemptLatency(ex.srv.cfg.Server.ConnectTimeout)))
 	}
 }
 

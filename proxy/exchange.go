@@ -38,40 +38,8 @@ import (
 // exchange's netio.Stop (stop, and clientGone through it) on the owner's behalf while the owner
 // is blocked in a dial or a request's write: see clientGone.
 //
-// Time. The exchange reads the clock at the points listed below and keeps the last reading
-// in now; whatever happens between two points uses that reading instead of reading again. A
-// point follows every operation that may wait (a wait for the upstream, a dial, a write to
-// the upstream or the client, a backoff's nap, the hand-over to the stream goroutine), so
-// that a deadline is always computed from a reading taken after the last such operation,
-// and any stretch of work longer than a few hundred nanoseconds, so that a duration in the
-// ledger, the log or the metrics is what a reading of its own would give. begin reads the
-// wall clock (time.Now: start); every later point (tick) reads only the monotonic clock,
-// as start plus time.Since(start): one vDSO call instead of time.Now's two, the same instant
-// for every deadline and duration, and a wall time that is start's advanced by the
-// monotonic clock, as the log record's time has always been. The points, in a request's
-// order:
-//
-//   - begin: start; also the policy time of the candidates' selection, the retry budget and
-//     the first attempt's budget.Begin;
-//   - do: the attempt's start (a.start: its deadlines, the pool's idle check), and again
-//     after a dial, or after a write that a stale pooled connection refused;
-//   - do: the request written (a.sent, read by netio.Conn.Send: the first-byte deadline, the
-//     start of the wait for the response head), and netio's waits read their own;
-//   - do: the response head parsed (a.ttfb; also the policy time of the rate-limit figures);
-//   - fail: a failed attempt's end, for least-latency's sample;
-//   - run (tryResume for a resume's attempt): the verdict, that is the attempt's end (its
-//     ledger duration, its health report, the pooled connection's idle start), and again
-//     after limit, which may log, for a retry or a transfer;
-//   - sleep: a retry's backoff, at its start and after each nap;
-//   - a committed stream (pipe): before each wait for the upstream (the idle deadline),
-//     before each write to the client (its write deadline), at an interruption a resume
-//     takes up (tryResume), and at its end (pipe.end);
-//   - finish: the request's duration and the log record's time.
-//
-// Policy time (Options.Clock) comes from policyNow: under the system clock it is the last
-// reading, so that a request reads no clock of its own for its policy; under any other
-// clock (a budget.ManualClock that tests and the drill move) it is that clock's reading,
-// taken at every use as it always was.
+// Time: the exchange reads the wall clock (time.Now) where it needs a time, and policy time
+// (Options.Clock: the health of targets, the budgets) from Server.clock, at every use.
 type exchange struct {
 	srv *Server
 	ctx *fasthttp.RequestCtx
@@ -118,8 +86,8 @@ type exchange struct {
 	reusable bool // the upstream response was read to its end and the connection may be pooled
 
 	// The answer.
-	start           time.Time     // the request's arrival: the wall clock's reading, and the anchor of every tick
-	now             time.Time     // the last reading of the clock (see exchange for the points where it is read)
+	start           time.Time     // the request's arrival
+	now             time.Time     // the last reading tick took; to be removed with tick
 	waited          time.Duration // time spent waiting on upstreams and backoffs, for the overhead figure
 	outcome         Outcome
 	status          int
@@ -151,7 +119,6 @@ func newExchange(s *Server) *exchange {
 func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.ctx = ctx
 	ex.start = time.Now()
-	ex.now = ex.start
 	ex.path = append(ex.path[:0], ctx.Path()...)
 	ex.family = familyOf(ex.path)
 	ex.head = ctx.IsHead()
@@ -188,24 +155,15 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.conn = nil
 }
 
-// tick reads the clock at one of the exchange's points (see exchange) and returns the
-// reading, which it keeps in ex.now: start advanced by the monotonic time since, one vDSO
-// call.
+// tick reads the clock and keeps the reading in ex.now, for the attempt loop and resume until
+// they read the clock where they need it. To be removed.
 func (ex *exchange) tick() time.Time {
-	ex.now = ex.start.Add(time.Since(ex.start))
+	ex.now = time.Now()
 	return ex.now
 }
 
-// policyNow returns policy time (Options.Clock): the last reading (ex.now) when the server's
-// clock is the system clock, else that clock's reading. It reads no clock of its own under
-// the system clock, so it must be asked after a point that follows the last operation that
-// may wait, as every reading is (see exchange).
-func (ex *exchange) policyNow() time.Time {
-	if ex.srv.systemClock {
-		return ex.now
-	}
-	return ex.srv.clock.Now()
-}
+// policyNow is policy time (Options.Clock). To be removed: ex.srv.clock.Now() says it.
+func (ex *exchange) policyNow() time.Time { return ex.srv.clock.Now() }
 
 func putUint64(b []byte, v uint64) {
 	for i := range 8 {
@@ -249,7 +207,7 @@ func (ex *exchange) hijacked(c net.Conn) {
 // exchange afterwards.
 func (ex *exchange) finish() {
 	s := ex.srv
-	now := ex.tick()
+	now := time.Now()
 	ex.closeConn()
 	ex.duration = now.Sub(ex.start)
 	m := s.metrics

@@ -37,8 +37,7 @@ func loopbackPair(tb testing.TB) (accepted, dialled net.Conn) {
 // an event that came in two reads allocates nothing once the pool has a buffer.
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	w, peer := loopbackPair(t)
-	// start: as begin sets it, the anchor of the pipe's clock readings
-	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
 	ex.gate.Reset(stream.Chat, 0) // commits at headers
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}
@@ -113,8 +112,7 @@ func BenchmarkPipeForward(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			w, peer := loopbackPair(b)
 			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
-			// start: as begin sets it, the anchor of the pipe's clock readings
-			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
 			p := &pipe{ex: ex, sse: true, chunked: true}
 			var reads [][]byte
 			for range 20 {
@@ -172,7 +170,7 @@ func TestPipeMovesTheWriteDeadlineOncePerSlack(t *testing.T) {
 	const idle = 160 * time.Millisecond // slack 20ms
 	w, peer := loopbackPair(t)
 	dc := &deadlineConn{Conn: w, t: t, idle: idle, slack: writeSlack(idle)}
-	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}, start: time.Now()}
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}}
 	ex.gate.Reset(stream.Chat, 0)
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}

@@ -349,7 +349,7 @@ func (p *pipe) pump(w net.Conn) error {
 			return netio.ErrShutdown
 		}
 		if !body.Ended() {
-			deadline := deadlineAfter(ex.tick(), idle) // after the last write to the client, which may have waited
+			deadline := deadlineAfter(time.Now(), idle) // after the last write to the client, which may have waited
 			if !end.IsZero() && (deadline.IsZero() || end.Before(deadline)) {
 				deadline = end
 			}
@@ -610,7 +610,7 @@ func (p *pipe) armWrite(w net.Conn) {
 	if idle <= 0 {
 		return
 	}
-	want := p.ex.tick().Add(idle)
+	want := time.Now().Add(idle)
 	if !p.writeBy.IsZero() && !p.writeBy.Before(want) {
 		return
 	}
@@ -626,7 +626,6 @@ func writeSlack(idle time.Duration) time.Duration { return min(time.Second, idle
 // every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
-	ex.tick() // the stream's end, after its last write
 	clientLeft = clientLeft || ex.gone
 	if p.sse && ex.gate.Failed() {
 		// The upstream's own error event reached the client: the stream failed after output
@@ -647,8 +646,8 @@ func (p *pipe) end(clientLeft bool) {
 
 // endAttempt decides how the attempt the stream comes from (p.a) ended, and, the first time,
 // applies it: an interruption counts against the target and is its last error (unless the
-// sidecar cut the stream), and the attempt's ledger entry gets its duration and class. The
-// attempt ended at the last reading (ex.now), which its caller took.
+// sidecar cut the stream), and the attempt's ledger entry gets its duration and class: the
+// attempt ends now.
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
 	s := ex.srv
@@ -662,14 +661,14 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	}
 	p.attemptEnded = true
 	if v.Health == classify.HealthFailure && !p.cut {
-		now := ex.policyNow()
+		now := s.clock.Now()
 		p.a.t.noteError(v.Class, now) // a failure of the target's, as in its health (README, The target table)
 		if ejected, d := p.a.t.health.Failure(now); ejected {
 			ex.ejected(p.a, d, "stream_interrupted")
 		}
 	}
 	if r := ex.ledger.last(); r != nil {
-		r.duration = ex.now.Sub(p.a.start)
+		r.duration = time.Since(p.a.start)
 		if v.Class != classify.ClassNone {
 			r.class, r.reason = v.Class, v.Reason
 		}

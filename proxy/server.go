@@ -71,9 +71,6 @@ type Server struct {
 	maxRequest   int
 	maxResponse  int
 	peek         int
-	// systemClock: clock is the system clock, so a request's policy time is the exchange's
-	// last reading of it (exchange.policyNow).
-	systemClock bool
 
 	proxy  *fasthttp.Server
 	probes *fasthttp.Server
@@ -107,10 +104,8 @@ type Options struct {
 	// budget (FAILOVER_MAX_ELAPSED) all read it, through Server.clock. Everything else reads the
 	// wall clock: socket deadlines and the waits they bound, a retry's backoff (slept, not
 	// simulated), a Retry-After date (the upstream's wall clock), and the durations measured
-	// for logs, metrics and least-latency's samples. nil: the system clock, whose reading a
-	// request takes at points of its own and uses for its policy time too (exchange.policyNow);
-	// any other clock is read at every use. The drill sets a budget.ManualClock to show a
-	// target recovering without waiting out its ejection.
+	// for logs, metrics and least-latency's samples. nil: the system clock. The drill sets a
+	// budget.ManualClock to show a target recovering without waiting out its ejection.
 	Clock budget.Clock
 	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
 	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
@@ -129,7 +124,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.clock == nil {
 		s.clock = budget.SystemClock{}
 	}
-	_, s.systemClock = s.clock.(budget.SystemClock)
 	for i := range cfg.Targets {
 		t, err := newTarget(i, &cfg.Targets[i], &cfg.Server, &cfg.Budget, opts.RootCAs)
 		if err != nil {
