@@ -1,24 +1,3 @@
-// Package proxy is the sidecar's request path: the fasthttp server, the attempt loop that
-// walks a request's candidate targets, header and body rewriting, streaming commits, the
-// ledger and the metrics. Its sockets are package netio's.
-//
-// It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
-// the budgets are measured through package budget and applied by classify.Limit, and SSE
-// streams are held and judged by stream.Gate.
-//
-// A request's way through the files:
-//
-//	server.go     Server.serveProxy takes an exchange for the request and answers what needs no target
-//	exchange.go   the exchange: what one request holds, and who owns it when (its lifetime)
-//	attempt.go    exchange.run, the attempt loop: candidates, verdicts, budgets, health, the probe lease
-//	attemptio.go  one attempt's I/O (do, readBody, peek) and its waits; clientGone: how the client is seen to leave
-//	headers.go    the upstream request's head, and the response headers the client gets
-//	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
-//	pipe.go       a committed stream or large body, piped on its own goroutine
-//	resume.go     a cut stream continued on another target (FAILOVER_RESUME)
-//
-// The socket layer beneath them is package netio (proxy/internal/netio): connections to
-// targets and their pool, the waits, the client connections.
 package proxy
 
 import (
