@@ -135,7 +135,7 @@ func (c *ClientConn) Write(p []byte) (int, error) {
 // wait only for clients that wait for them (pace), and Conns.EndLongWaits bounds the rest.
 func (c *ClientConn) endAnswer(p []byte) (int, error) {
 	c.wait.begin()
-	n, _, err := c.sock.sendThenWait(p)
+	n, _, err := c.sock.writeThenPark(p)
 	c.idle.Store(false)
 	c.signs.set(signWoke, c.sock.woke)
 	poked := c.wait.end()

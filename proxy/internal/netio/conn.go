@@ -17,10 +17,12 @@ import (
 // (waiting again whenever nothing is buffered), then Put it back to the Pool when the answer was
 // read to its framed end, or Close it.
 //
-// fasthttp still writes nothing here and parses only the head (Response.Read with SkipBody):
-// owning the connection, each phase sets its own read deadline, and closing the connection
-// aborts whatever is in flight, which fasthttp's HostClient, with one absolute deadline over the
-// head and the streamed body, cannot express.
+// The sidecar keeps its own connections to targets rather than fasthttp's HostClient, whose
+// deadline is one absolute one over the head and the streamed body, and which gives no handle
+// on the connection: a time to first content, an idle gap between reads and "the client left,
+// close the upstream now" cannot be expressed with it. Owning the connection, each phase sets
+// its own read deadline, and closing the connection aborts whatever is in flight. fasthttp
+// only parses the answer's head (ReadHead).
 //
 // Owned by one goroutine at a time (the attempt that took it from the Pool); not safe for
 // concurrent use.

@@ -37,12 +37,14 @@ func (l Listener) Accept() (net.Conn, error) {
 
 // Conns are the open client connections, for the server to close those that wait for a
 // request (CloseIdle) and to end the waits after an answer that last (EndLongWaits). A
-// connection is listed once, when accepted, and left when closed. Safe for concurrent use,
-// but EndLongWaits is called from one goroutine at a time. The zero Conns is an empty list.
+// connection is listed once, when accepted, and left when closed. Safe for concurrent use;
+// the zero Conns is an empty list.
 type Conns struct {
 	mu sync.Mutex
 	m  map[*ClientConn]struct{}
-	// looked is EndLongWaits' own: the connections of its current look.
+	// looked are the connections of EndLongWaits' current look, guarded by lookMu (held for
+	// the whole look, so that looks do not overlap).
+	lookMu sync.Mutex
 	looked []*ClientConn
 }
 
@@ -77,6 +79,8 @@ func (cs *Conns) remove(c *ClientConn) {
 // (pace): the read after it finds the request, and the next answer does not wait. Under load a
 // client's next request follows its answer within milliseconds, and no wait is ended.
 func (cs *Conns) EndLongWaits() {
+	cs.lookMu.Lock()
+	defer cs.lookMu.Unlock()
 	cs.mu.Lock()
 	cs.looked = cs.looked[:0]
 	for c := range cs.m {

@@ -22,9 +22,14 @@ package netio
 type pace uint8
 
 const (
-	paceUnknown    pace = iota // nothing shows that the client waits for its answers: answers do not wait
-	paceSequential             // the client sent this request only after it had the answer before it: its answer may wait
-	pacePipelining             // a wait missed a request the client sent before its answer: answers never wait again, however long the client waits between bursts
+	// paceUnknown: nothing shows that the client waits for its answers; answers do not wait.
+	paceUnknown pace = iota
+	// paceSequential: the client sent this request only after it had the answer before it;
+	// its answer may wait.
+	paceSequential
+	// pacePipelining: a wait missed a request the client sent before its answer; answers never
+	// wait again, however long the client waits between its bursts of requests.
+	pacePipelining
 )
 
 // signs are what a client connection saw of its client since the last request's first byte,
@@ -33,7 +38,7 @@ type signs uint8
 
 const (
 	signAnswered  signs = 1 << iota // an answer was written
-	signFoundNone                   // the read of this request's first byte found nothing at first, and waited
+	signFoundNone                   // the read of this request's first byte found nothing, and waited
 	signWoke                        // the wait after the answer ended because this request arrived
 	signPoked                       // that wait was ended by Conns.EndLongWaits
 )

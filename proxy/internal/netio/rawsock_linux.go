@@ -51,26 +51,26 @@ type rawSocket struct {
 	wbuf    []byte
 	wn      int
 	werr    error
-	nowait  bool // sendStep: a full send buffer ends the write instead of waiting
+	nowait  bool // writeThenPark: a full send buffer ends the write instead of waiting
 
 	// parkUntilReadable's callback, and whether it has looked at the socket in this call.
 	inputFn func(fd uintptr) bool
 	looked  bool
 
-	// sendThenWait's callback, and what it reports.
-	sendFn  func(fd uintptr) bool
+	// writeThenPark's callback, and what it reports.
+	parkFn  func(fd uintptr) bool
 	waiting bool      // p was written whole: the callback waits for something to read
 	woke    bool      // the wait ended with something to read (not a deadline or a close)
 	sent    time.Time // when p was written whole (awaitAnswer)
 
-	// What sendThenWait waits for once the socket took all of p, and what that wait needs.
+	// What writeThenPark waits for once the socket took all of p, and what that wait needs.
 	mode sendMode
 	// idle and closing are a client socket's (awaitRequest): idle is set once the answer is
 	// out, and no wait begins once closing (the server's shutdown) is set.
 	idle, closing *atomic.Bool
 }
 
-// sendMode is what a rawSocket's sendThenWait waits for, once the socket took all of p.
+// sendMode is what a rawSocket's writeThenPark waits for, once the socket took all of p.
 type sendMode uint8
 
 const (
@@ -87,7 +87,7 @@ func (s *rawSocket) init(raw syscall.RawConn) {
 	s.raw, s.mode = raw, awaitAnswer
 	s.readFn = s.readOnce
 	s.writeFn = s.writeAll
-	s.sendFn = s.sendStep
+	s.parkFn = s.writeThenParkStep
 	s.inputFn = s.lookOnce
 }
 
@@ -120,15 +120,14 @@ func (s *rawSocket) lookOnce(fd uintptr) bool {
 	return hasInput(fd)
 }
 
-// sendThenWait writes p, and when the socket takes all of it at once, waits in the same call
-// for something to read on the socket (mode says for what), until the read deadline set on
-// the connection. Waiting for a reply the usual way costs a read that finds nothing first:
-// the poller forgets, at the start of every read, what it saw before it, so a read must look
-// before it may wait, and right after a request is sent the answer is never there yet (a
-// system call for nothing: BENCHMARKS.md, The tail and the stream path, the read that finds
-// nothing). Here the poller is
-// reset before p goes out, so nothing the reply does can be missed, and the first read after
-// the wait finds it.
+// writeThenPark writes p, and when the socket takes all of it at once, parks in the same call
+// on the poller until there is something to read (mode says what is awaited), or until the
+// read deadline set on the connection. Waiting for a reply the usual way costs a read that
+// finds nothing first: the poller forgets, at the start of every read, what it saw before it,
+// so a read must look before it may wait, and right after a request is sent the answer is
+// never there yet (a system call for nothing: BENCHMARKS.md, The tail and the stream path, the
+// read that finds nothing). Here the poller is reset before p goes out, so nothing the reply
+// does can be missed, and the first read after the wait finds it.
 //
 // n is how much of p the socket took; the rest, when it took less (a full send buffer: a
 // large prompt, a target that does not read), is the caller's to write, waiting for room as
@@ -136,18 +135,19 @@ func (s *rawSocket) lookOnce(fd uintptr) bool {
 // to read, the read deadline, a closed connection), the caller's own wait and read find it;
 // woke tells whether it was something to read. A RawConn that refuses the call (closed, or its
 // read deadline already past) writes nothing: the caller writes all of p.
-func (s *rawSocket) sendThenWait(p []byte) (n int, sent time.Time, err error) {
+func (s *rawSocket) writeThenPark(p []byte) (n int, sent time.Time, err error) {
 	s.wbuf, s.wn, s.werr, s.waiting, s.woke, s.sent = p, 0, nil, false, false, time.Time{}
-	s.raw.Read(s.sendFn) // how the wait ended is for the caller's own wait and read to find
+	s.raw.Read(s.parkFn) // how the wait ended is for the caller's own wait and read to find
 	n, sent, err = s.wn, s.sent, s.werr
 	s.wbuf, s.werr = nil, nil
 	return n, sent, err
 }
 
-// sendStep is sendThenWait's RawConn.Read callback. Called first, it writes without waiting
-// for room: true (return) when the write fails or the socket takes less than all of it, false
-// (wait) when it took all of it. Called again, once the poller saw something to read: true.
-func (s *rawSocket) sendStep(fd uintptr) bool {
+// writeThenParkStep is writeThenPark's RawConn.Read callback. Called first, it writes without
+// waiting for room: true (return) when the write fails or the socket takes less than all of
+// it, false (park) when it took all of it. Called again, once the poller saw something to
+// read: true.
+func (s *rawSocket) writeThenParkStep(fd uintptr) bool {
 	if s.waiting {
 		s.woke = true // the poller saw something to read: RawConn.Read calls again only then
 		return true
@@ -331,9 +331,9 @@ func (c *Conn) readSocket(p []byte) (int, error) {
 func (c *Conn) writeSocket(p []byte) (int, error) { return c.raw.write(p) }
 
 // sendThenWait writes what of p a plain TCP connection's socket takes at once and, when it
-// took all of p, waits in the same call for the answer (rawSocket.sendThenWait).
+// took all of p, waits in the same call for the answer (rawSocket.writeThenPark).
 func (c *Conn) sendThenWait(p []byte) (n int, sent time.Time, err error) {
-	return c.raw.sendThenWait(p)
+	return c.raw.writeThenPark(p)
 }
 
 // waitWithoutBuffer is Wait's way on a plain TCP connection after ExpectLongWaits: the empty

@@ -144,10 +144,10 @@ func TestRawSocketAllocs(t *testing.T) {
 	}
 }
 
-// sendThenWait writes a request the socket takes whole and waits, in the same call, until the
+// writeThenPark writes a request the socket takes whole and waits, in the same call, until the
 // answer arrives: the read that follows finds it. With nothing coming, the wait ends at the
 // connection's read deadline, the request written all the same.
-func TestRawSocketSendThenWait(t *testing.T) {
+func TestRawSocketWriteThenPark(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	const answerAfter = 150 * time.Millisecond
 	go func() {
@@ -160,16 +160,16 @@ func TestRawSocketSendThenWait(t *testing.T) {
 	}()
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	begun := time.Now()
-	n, sent, err := s.sendThenWait([]byte("request"))
+	n, sent, err := s.writeThenPark([]byte("request"))
 	waited := time.Since(begun)
 	if err != nil || n != len("request") || !s.woke {
-		t.Fatalf("sendThenWait: %d, %v, woke %v; want all of it written, and the answer seen", n, err, s.woke)
+		t.Fatalf("writeThenPark: %d, %v, woke %v; want all of it written, and the answer seen", n, err, s.woke)
 	}
 	if sent.Before(begun) || sent.Sub(begun) > answerAfter/2 {
 		t.Fatalf("sent %v after the call began, want the moment of the write, before the answer", sent.Sub(begun))
 	}
 	if waited < answerAfter*2/3 {
-		t.Fatalf("sendThenWait returned after %v, before the answer (sent %v later)", waited, answerAfter)
+		t.Fatalf("writeThenPark returned after %v, before the answer (sent %v later)", waited, answerAfter)
 	}
 	buf := make([]byte, 64)
 	if n, err := sysRead(rawFD(t, tc), buf); err != 0 || string(buf[:n]) != "answer" {
@@ -179,30 +179,30 @@ func TestRawSocketSendThenWait(t *testing.T) {
 	// No answer: the wait ends at the read deadline.
 	tc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	begun = time.Now()
-	n, sent, err = s.sendThenWait([]byte("request"))
+	n, sent, err = s.writeThenPark([]byte("request"))
 	if err != nil || n != len("request") || sent.IsZero() || s.woke {
-		t.Fatalf("sendThenWait without an answer: %d, %v, sent %v, woke %v; want all of it written", n, err, sent, s.woke)
+		t.Fatalf("writeThenPark without an answer: %d, %v, sent %v, woke %v; want all of it written", n, err, sent, s.woke)
 	}
 	if d := time.Since(begun); d < 80*time.Millisecond || d > 3*time.Second {
-		t.Fatalf("sendThenWait without an answer returned after %v, want about the 100 ms read deadline", d)
+		t.Fatalf("writeThenPark without an answer returned after %v, want about the 100 ms read deadline", d)
 	}
 }
 
 // A request the socket does not take whole (a peer that reads nothing) is not waited for:
-// sendThenWait returns at once with what was written, and the rest is the caller's.
-func TestRawSocketSendThenWaitPartial(t *testing.T) {
+// writeThenPark returns at once with what was written, and the rest is the caller's.
+func TestRawSocketWriteThenParkPartial(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	tc.SetWriteBuffer(16 << 10)
 	peer.SetReadBuffer(16 << 10)
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	payload := make([]byte, 4<<20)
 	begun := time.Now()
-	n, sent, err := s.sendThenWait(payload)
+	n, sent, err := s.writeThenPark(payload)
 	if err != nil || n <= 0 || n >= len(payload) || !sent.IsZero() {
-		t.Fatalf("sendThenWait of 4 MiB to a peer that reads nothing: %d, %v, sent %v; want part of it, no wait", n, err, sent)
+		t.Fatalf("writeThenPark of 4 MiB to a peer that reads nothing: %d, %v, sent %v; want part of it, no wait", n, err, sent)
 	}
 	if d := time.Since(begun); d > 2*time.Second {
-		t.Fatalf("sendThenWait waited %v for a request the socket did not take whole", d)
+		t.Fatalf("writeThenPark waited %v for a request the socket did not take whole", d)
 	}
 }
 
