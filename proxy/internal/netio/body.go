@@ -144,7 +144,7 @@ func (b *Body) EndsInBuffer() bool {
 		// only worth parsing when all of it is there. Parsing reads whole lines, so what is
 		// buffered must end with the empty line: a line cut short ("0;ext=1" whose CRLF is
 		// still on its way) would make the parse wait for the upstream.
-		n := b.c.Buffered()
+		n := b.c.buffered()
 		if b.left != 0 || n < len("0\r\n\r\n") {
 			return false
 		}

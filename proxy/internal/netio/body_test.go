@@ -160,8 +160,8 @@ func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 		t.Fatalf("first chunk %q, %v", p, err)
 	}
 	b.Consume(len(p))
-	if c.Buffered() != 0 {
-		t.Fatalf("%d bytes left buffered after the chunk", c.Buffered())
+	if c.buffered() != 0 {
+		t.Fatalf("%d bytes left buffered after the chunk", c.buffered())
 	}
 	c.releaseReader()
 	if c.br != nil {

@@ -99,8 +99,8 @@ func (c *Conn) growReader() bool {
 	return true
 }
 
-// Buffered reports how many unread bytes the connection's reader holds.
-func (c *Conn) Buffered() int {
+// buffered reports how many unread bytes the connection's reader holds.
+func (c *Conn) buffered() int {
 	if c.br == nil {
 		return 0
 	}
@@ -231,7 +231,7 @@ func (c *Conn) abortWrite() {
 func (c *Conn) ReadHead(resp *fasthttp.Response) (silent bool, err error) {
 	// Wait ended at the answer's first byte, or at the connection's end: nothing buffered means
 	// that it ended before one came.
-	silent = c.Buffered() == 0
+	silent = c.buffered() == 0
 	resp.Reset()
 	resp.SkipBody = true
 	err = resp.Read(c.reader())

@@ -61,7 +61,7 @@ func NewPool(addr string, tlsConfig *tls.Config, connectTimeout time.Duration) *
 // confused).
 func (c *Conn) spent(now time.Time) bool {
 	idle := now.Sub(c.idleSince)
-	return idle > idleConnTimeout || c.Buffered() > 0 || idle > stalePeekAfter && c.idleInput()
+	return idle > idleConnTimeout || c.buffered() > 0 || idle > stalePeekAfter && c.idleInput()
 }
 
 // Get returns a live idle connection or dials a new one; a dial ends early, with its reason,

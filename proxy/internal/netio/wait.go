@@ -36,7 +36,7 @@ const PollInterval = 250 * time.Millisecond
 // plain TCP connection on Linux: rawsock_linux.go); elsewhere it reads into the buffer.
 func (c *Conn) Wait(deadline time.Time, stop Stop) (waited time.Duration, err error) {
 	c.rd.arm(deadline, stop)
-	if c.Buffered() > 0 {
+	if c.buffered() > 0 {
 		return 0, nil
 	}
 	start := time.Now()
