@@ -14,6 +14,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
@@ -47,7 +48,7 @@ func TestProxyAllocs(t *testing.T) {
 }
 
 // maxAllocsServerPath bounds a whole proxied request through the real server: fasthttp's
-// reading of the client's request and writing of the answer, clientConn, the handler. fasthttp
+// reading of the client's request and writing of the answer, netio.ClientConn, the handler. fasthttp
 // itself allocates one byte per keep-alive request (the one-byte read of ReduceMemoryUsage
 // escapes); nothing else may.
 const maxAllocsServerPath = 1
@@ -136,14 +137,14 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 }
 
 // noAllocsPortable: a request through the server allocates nothing on the raw socket path
-// only; the portable one watches each upstream write from a goroutine (upConn.sendAwait).
+// only; the portable one watches each upstream write from a goroutine (netio.Conn.Send).
 const noAllocsPortable = "the portable socket path allocates a watch per upstream request"
 
 func TestServerPathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	if portableSockets {
+	if netio.Portable {
 		t.Skip(noAllocsPortable)
 	}
 	srv, addr := startCannedServer(t)
@@ -212,12 +213,12 @@ func rawRoundTrip(t *testing.T, c net.Conn, body string) func() {
 // one size alone, also once fasthttp's pool of body buffers has learnt from tens of thousands
 // of small answers to drop larger buffers (fasthttp recalibrates it every 42,000 answers of a
 // size): a stream that arrives whole (3.7 KB) between chat completions (641 B) keeps its buffer
-// (clientConn.lendBody).
+// (netio.ClientConn.LendBody).
 func TestMixedAnswersAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	if portableSockets {
+	if netio.Portable {
 		t.Skip(noAllocsPortable)
 	}
 	if testing.Short() {

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
@@ -36,11 +37,11 @@ func (ex *exchange) commit(a *attempt, outcome observe.Outcome) {
 		// bytes: no copy, as for a held response (lendBody below). a.body, a view of them, is
 		// the answer's now, and read no more.
 		ex.gate.ReplaceHeld(ex.lendBody(ex.gate.Held()))
-		ex.reusable = ex.body.reusable() && !ex.upResp.ConnectionClose()
+		ex.reusable = ex.body.Reusable() && !ex.upResp.ConnectionClose()
 		ex.closeConn()
 		return
 	}
-	if a.sse || a.pipeRest && ex.body.has() {
+	if a.sse || a.pipeRest && ex.body.Has() {
 		ex.startStream(a)
 		return
 	}
@@ -49,11 +50,11 @@ func (ex *exchange) commit(a *attempt, outcome observe.Outcome) {
 }
 
 // lendBody makes b, a buffer of the exchange's, the answer's body without a copy, and returns
-// a buffer to take its place (clientConn.lendBody). Without a clientConn (a handler called
-// directly, as the in-process benchmarks do), fasthttp's SwapBody does it.
+// a buffer to take its place (netio.ClientConn.LendBody). Without a ClientConn (a handler
+// called directly, as the in-process benchmarks do), fasthttp's SwapBody does it.
 func (ex *exchange) lendBody(b []byte) []byte {
-	if cc, ok := ex.ctx.Conn().(*clientConn); ok {
-		return cc.lendBody(&ex.ctx.Response, b)
+	if cc, ok := ex.ctx.Conn().(*netio.ClientConn); ok {
+		return cc.LendBody(&ex.ctx.Response, b)
 	}
 	return ex.ctx.Response.SwapBody(b)
 }

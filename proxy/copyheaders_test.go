@@ -50,7 +50,7 @@ func TestCopyResponseHeadersAsAWholeWalk(t *testing.T) {
 			want.SetCanonical(headerUpstreamID, id)
 		}
 
-		ex := newExchange(&Server{systemClock: true})
+		ex := newExchange(&Server{clock: budget.SystemClock{}})
 		ex.ctx = &fasthttp.RequestCtx{}
 		ex.RequestID = []byte("ours")
 		up.CopyTo(&ex.upResp.Header)

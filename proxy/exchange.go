@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
@@ -36,47 +37,12 @@ import (
 //     serveStream reads nothing of the exchange after that.
 //
 // ctx, and the client's body (reqBody, upBody) with it, is valid only while the handler runs.
-// The one other goroutine that touches an exchange is a watch (upstream.go), which asks
-// clientGone on the owner's behalf while the owner is blocked in a dial or a request write:
-// see clientGone.
+// The one other goroutine that touches an exchange is a watch of netio's, which asks the
+// exchange's netio.Stop (stop, and clientGone through it) on the owner's behalf while the owner
+// is blocked in a dial or a request's write: see clientGone.
 //
-// Time. The exchange reads the clock at the points listed below and keeps the last reading
-// in now; whatever happens between two points uses that reading instead of reading again. A
-// point follows every operation that may wait (a wait for the upstream, a dial, a write to
-// the upstream or the client, a backoff's nap, the hand-over to the stream goroutine), so
-// that a deadline is always computed from a reading taken after the last such operation,
-// and any stretch of work longer than a few hundred nanoseconds, so that a duration in the
-// ledger, the log or the metrics is what a reading of its own would give. begin reads the
-// wall clock (time.Now: start); every later point (tick) reads only the monotonic clock,
-// as start plus time.Since(start): one vDSO call instead of time.Now's two, the same instant
-// for every deadline and duration, and a wall time that is start's advanced by the
-// monotonic clock, as the log record's time has always been. The points, in a request's
-// order:
-//
-//   - begin: start; also the policy time of the candidates' selection, the retry budget and
-//     the first attempt's budget.Begin;
-//   - do: the attempt's start (a.start: its deadlines, the pool's idle check), and again
-//     after a dial, or after a write that a stale pooled connection refused;
-//   - do: the request written (a.sent: the first-byte deadline, the start of the wait for
-//     the response head); when the wait for the head began in the call that wrote it
-//     (upConn.sendAwait), that call took this reading, and do takes the wait's end;
-//   - waitData, waitIdle: the start of a wait for the upstream (unless the caller just took
-//     one) and its end (ex.waited); the pollReader's first slice takes the same readings;
-//   - do: the response head parsed (a.ttfb; also the policy time of the rate-limit figures);
-//   - fail: a failed attempt's end, for least-latency's sample;
-//   - run (tryResume for a resume's attempt): the verdict, that is the attempt's end (its
-//     ledger duration, its health report, the pooled connection's idle start), and again
-//     after limit, which may log, for a retry or a transfer;
-//   - sleep: a retry's backoff, at its start and after each nap;
-//   - a committed stream (pipe): before each wait for the upstream (the idle deadline),
-//     before each write to the client (its write deadline), at an interruption a resume
-//     takes up (tryResume), and at its end (pipe.end);
-//   - finish: the request's duration and the log record's time.
-//
-// Policy time (Options.Clock) comes from policyNow: under the system clock it is the last
-// reading, so that a request reads no clock of its own for its policy; under any other
-// clock (a budget.ManualClock that tests and the drill move) it is that clock's reading,
-// taken at every use as it always was.
+// Time: the exchange reads the wall clock (time.Now) where it needs a time, and policy time
+// (Options.Clock: the health of targets, the budgets) from Server.clock, at every use.
 type exchange struct {
 	srv *Server
 	ctx *fasthttp.RequestCtx
@@ -117,25 +83,23 @@ type exchange struct {
 	upHead   []byte // the upstream request's head, built by buildRequest
 	upBody   []byte // its body: the client's (valid while the handler runs), or subBody
 	upResp   fasthttp.Response
-	conn     *upConn
-	body     upBody // the upstream response's body, read in place
+	conn     *netio.Conn
+	body     netio.Body // the upstream response's body, read in place
 	respBody []byte
 	gate     stream.Gate
 	reusable bool // the upstream response was read to its end and the connection may be pooled
 
 	// The answer.
-	start           time.Time     // the request's arrival: the wall clock's reading, and the anchor of every tick
-	now             time.Time     // the last reading of the clock (see exchange for the points where it is read)
+	start           time.Time     // the request's arrival
 	waited          time.Duration // time spent waiting on upstreams and backoffs, for the overhead figure
 	servedBy        *Target       // the target the record's Target names: its answer, or the sidecar's error about it, went back
 	committedStream bool          // the answer is piped: the stream goroutine owns the exchange and finishes it
 	pipe            pipe
 	resume          *resumption // what a stream that may be resumed keeps (resume.go); nil until one was
 
-	client   clientPeer // the client's connection as clientGone looks at it; peerUnknown until looked up
+	client   netio.Peer // the client's connection as clientGone looks at it; the zero Peer until looked up
 	gone     bool
-	goneFn   func() bool // ex.clientGone and srv.abort.Load, made once: upstream reads poll them
-	stopFn   func() bool
+	stopFn   netio.Stop         // ex.stop, made once: every wait on an upstream asks it
 	acceptFn func(pos int) bool // ex.mayFit, made once
 	// tooSmall are the models a context-window error showed too small for the request's
 	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
@@ -145,8 +109,8 @@ type exchange struct {
 }
 
 func newExchange(s *Server) *exchange {
-	ex := &exchange{srv: s, client: peerUnknown}
-	ex.goneFn, ex.stopFn, ex.hijackFn, ex.acceptFn = ex.clientGone, s.abort.Load, ex.hijacked, ex.mayFit
+	ex := &exchange{srv: s}
+	ex.stopFn, ex.hijackFn, ex.acceptFn = ex.stop, ex.hijacked, ex.mayFit
 	return ex
 }
 
@@ -154,7 +118,6 @@ func newExchange(s *Server) *exchange {
 func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.ctx = ctx
 	ex.start = time.Now()
-	ex.now = ex.start
 	ex.Path = append(ex.Path[:0], ctx.Path()...)
 	ex.Family = familyOf(ex.Path)
 	ex.head = ctx.IsHead()
@@ -187,28 +150,12 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.TraceID = append(ex.TraceID[:0], traceIDOf(parent)...)
 	ex.Ledger.Reset()
 	ex.Outcome, ex.Status, ex.Target, ex.servedBy, ex.ServedModel = observe.OutcomeRejected, 0, "", nil, nil
-	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, peerUnknown, nil
+	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, netio.Peer{}, nil
 	ex.conn = nil
 }
 
-// tick reads the clock at one of the exchange's points (see exchange) and returns the
-// reading, which it keeps in ex.now: start advanced by the monotonic time since, one vDSO
-// call.
-func (ex *exchange) tick() time.Time {
-	ex.now = ex.start.Add(time.Since(ex.start))
-	return ex.now
-}
-
-// policyNow returns policy time (Options.Clock): the last reading (ex.now) when the server's
-// clock is the system clock, else that clock's reading. It reads no clock of its own under
-// the system clock, so it must be asked after a point that follows the last operation that
-// may wait, as every reading is (see exchange).
-func (ex *exchange) policyNow() time.Time {
-	if ex.srv.systemClock {
-		return ex.now
-	}
-	return ex.srv.clock.Now()
-}
+// policyNow is policy time (Options.Clock): what health, the budgets and the retry budget read.
+func (ex *exchange) policyNow() time.Time { return ex.srv.clock.Now() }
 
 // b2s views b as a string without copying; the string must not outlive b's contents.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
@@ -255,7 +202,7 @@ func (ex *exchange) hijacked(c net.Conn) {
 // exchange afterwards.
 func (ex *exchange) finish() {
 	s := ex.srv
-	now := ex.tick()
+	now := time.Now()
 	ex.closeConn()
 	if ex.lease.held() {
 		// Every lease ends in the attempt step (settleProbe): one held here is a bug, which

@@ -83,7 +83,7 @@ func TestStreamsOnOneConnectionDoNotNestIt(t *testing.T) {
 	deepest := -1
 	for deadline := time.Now().Add(5 * time.Second); deepest < 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "(*clientConn).Read(") && strings.Contains(g, "ServeConn(") {
+			if strings.Contains(g, "netio.(*ClientConn).Read(") && strings.Contains(g, "ServeConn(") {
 				deepest = strings.Count(g, "(*hijackConn).Read(")
 			}
 		}

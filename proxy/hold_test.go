@@ -11,13 +11,33 @@ import (
 	"github.com/llm-failover/failover/stream"
 )
 
+// loopbackPair returns both ends of a loopback TCP connection: the accepted one and the
+// dialled one. Both close when the test ends.
+func loopbackPair(tb testing.TB) (accepted, dialled net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	dialled, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dialled.Close() })
+	if accepted, err = ln.Accept(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { accepted.Close() })
+	return accepted, dialled
+}
+
 // A committed SSE stream holds the start of an event back in a buffer lent only while it holds
 // one (README, Streams): a stream waiting between events holds none, and holding and sending
 // an event that came in two reads allocates nothing once the pool has a buffer.
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
-	w, peer := loopbackPair(t, nil)
-	// start: as begin sets it, the anchor of the pipe's clock readings
-	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+	w, peer := loopbackPair(t)
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
 	ex.gate.Reset(stream.Chat, 0) // commits at headers
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}
@@ -90,10 +110,9 @@ func BenchmarkPipeForward(b *testing.B) {
 	for _, split := range []bool{false, true} {
 		name := map[bool]string{false: "whole", true: "split"}[split]
 		b.Run(name, func(b *testing.B) {
-			w, peer := loopbackPair(b, nil)
+			w, peer := loopbackPair(b)
 			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
-			// start: as begin sets it, the anchor of the pipe's clock readings
-			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}, start: time.Now()}
+			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
 			p := &pipe{ex: ex, sse: true, chunked: true}
 			var reads [][]byte
 			for range 20 {
@@ -149,9 +168,9 @@ func (c *deadlineConn) Write(b []byte) (int, error) {
 // milliseconds apart move it once per slack, not once each.
 func TestPipeMovesTheWriteDeadlineOncePerSlack(t *testing.T) {
 	const idle = 160 * time.Millisecond // slack 20ms
-	w, peer := loopbackPair(t, nil)
+	w, peer := loopbackPair(t)
 	dc := &deadlineConn{Conn: w, t: t, idle: idle, slack: writeSlack(idle)}
-	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}, start: time.Now()}
+	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}}
 	ex.gate.Reset(stream.Chat, 0)
 	ex.gate.Feed(nil)
 	p := &pipe{ex: ex, sse: true}

@@ -545,7 +545,7 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 }
 
 // A keep-alive connection whose answer's last write waits for the next request
-// (clientConn.writeAwait) is idle to Shutdown: closed at once, not left to its read timeout.
+// (netio.ClientConn) is idle to Shutdown: closed at once, not left to its read timeout.
 // The second answer is the one that waits: by the first request's answer the client has not
 // yet shown that it waits for its answers.
 func TestShutdownClosesAConnectionWaitingAfterAnAnswer(t *testing.T) {

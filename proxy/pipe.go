@@ -5,10 +5,10 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 )
@@ -87,8 +87,8 @@ func (ex *exchange) startStream(a *attempt) {
 		h.SetConnectionClose()
 	}
 	p.head = h.AppendBytes(p.head[:0])
-	if ex.client == peerUnknown {
-		ex.client = peerOf(ctx.Conn())
+	if !ex.client.Known() {
+		ex.client = netio.PeerOf(ctx.Conn())
 	}
 	if a.sse && ex.srv.cfg.Resume.On() {
 		p.res = ex.prepareResume() // nil unless the request may be resumed
@@ -119,12 +119,12 @@ func (ex *exchange) serveStream(c net.Conn) {
 	if keepAlive && !s.closing.Load() {
 		w.SetWriteDeadline(time.Time{}) // fasthttp sets none of its own: the stream's must not stay
 		serve := c
-		if cc, ok := w.(*clientConn); ok {
+		if cc, ok := w.(*netio.ClientConn); ok {
 			// The client connection itself is served, not fasthttp's wrapper of it: the next
 			// stream's hijack would wrap that wrapper, one level deeper per stream for as long
 			// as the client keeps the connection, and the handler's ctx.Conn() would hide the
-			// socket that tells when the client leaves (peerOf).
-			if !cc.reclaim(c) {
+			// socket that tells when the client leaves (netio.PeerOf).
+			if !cc.Reclaim(c) {
 				c.Close()
 				return
 			}
@@ -137,114 +137,6 @@ func (ex *exchange) serveStream(c net.Conn) {
 	}
 	c.Close()
 }
-
-// workers are goroutines kept for one kind of job, for the stream path: a goroutine that has
-// run a job waits for the next one instead of ending, for workerIdle at most (retire), or until
-// Shutdown.
-//
-// A new goroutine starts with a small stack and grows it by copying it whole. The stream
-// path made two per stream: the stream's own (hijacked), and, after a clean end, the one that
-// goes on serving the client's connection, whose next request (fasthttp's reading of it, the
-// exchange, the gate's scans) needs several times the stack a stream does. Growing them took
-// about a tenth of a paced stream's CPU in the sidecar (BENCHMARKS.md, The tail and the stream
-// path, seventh step). The two kinds are kept apart so that a stream, which may stay idle for
-// minutes, waits on a stack of a stream's depth, not on one grown by serving requests.
-type workers[T any] struct {
-	run     func(T)
-	idleFor time.Duration // workerIdle; shorter in tests
-	mu      sync.Mutex
-	idle    []idleWorker[T] // waiting, oldest first (near enough: since is read before the lock); the last gets the next job
-	stopped bool            // Shutdown began: no worker waits again
-	started atomic.Int64    // workers started, for tests
-}
-
-// idleWorker is a waiting worker: the channel it receives its next job from (closed: end), and
-// since when it waits.
-type idleWorker[T any] struct {
-	jobs  chan T
-	since time.Time
-}
-
-func newWorkers[T any](run func(T)) *workers[T] { return &workers[T]{run: run, idleFor: workerIdle} }
-
-// do runs job on the worker that waited last (its stack and data the likeliest to be in cache),
-// or on a new one when none waits.
-func (w *workers[T]) do(job T) {
-	w.mu.Lock()
-	if n := len(w.idle); n > 0 {
-		jobs := w.idle[n-1].jobs
-		w.idle[n-1] = idleWorker[T]{}
-		w.idle = w.idle[:n-1]
-		w.mu.Unlock()
-		jobs <- job // buffered for one: a worker's channel is handed one job per wait
-		return
-	}
-	w.mu.Unlock()
-	w.started.Add(1)
-	go w.loop(job)
-}
-
-// loop runs job, then each job handed to it, until its wait is ended (wait).
-func (w *workers[T]) loop(job T) {
-	jobs := make(chan T, 1)
-	for ok := true; ok; job, ok = <-jobs {
-		w.run(job)
-		if !w.wait(jobs) {
-			return
-		}
-	}
-}
-
-// wait lists a worker that receives its next job from jobs as waiting, and ends the waits of
-// those that have waited longer than idleFor. It reports false after stop: the worker ends.
-func (w *workers[T]) wait(jobs chan T) bool {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return false
-	}
-	w.retireLocked(now)
-	w.idle = append(w.idle, idleWorker[T]{jobs, now})
-	return true
-}
-
-// retire ends the waits of the workers that, at now, have waited longer than idleFor. Besides
-// each worker that begins to wait, the server's endLongWaits calls it at every tick, so that
-// workers kept for a burst of streams end once it is over, traffic or not.
-func (w *workers[T]) retire(now time.Time) {
-	w.mu.Lock()
-	w.retireLocked(now)
-	w.mu.Unlock()
-}
-
-func (w *workers[T]) retireLocked(now time.Time) {
-	old := 0
-	for old < len(w.idle) && now.Sub(w.idle[old].since) > w.idleFor {
-		close(w.idle[old].jobs)
-		old++
-	}
-	if old > 0 {
-		n := copy(w.idle, w.idle[old:])
-		clear(w.idle[n:])
-		w.idle = w.idle[:n]
-	}
-}
-
-// stop ends the waiting workers' waits, and makes the others end once their job is done.
-func (w *workers[T]) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	for _, iw := range w.idle {
-		close(iw.jobs)
-	}
-	w.idle = nil
-	w.mu.Unlock()
-}
-
-// workerIdle is how long a worker may wait for its next job (a goroutine and its stack), as
-// long as fasthttp's own idle workers wait (MaxIdleWorkerDuration's default).
-const workerIdle = 10 * time.Second
 
 // streamJob is a committed stream for a stream worker: its exchange and the hijacked connection.
 type streamJob struct {
@@ -288,7 +180,7 @@ const holdLimit = 64 << 10
 
 // holdBuffers lend the buffer that holds the start of an event, only while it holds one: a
 // stream waiting between events holds none.
-var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, upstreamBufferSize); return &b }}
+var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, netio.ReadBufferSize); return &b }}
 
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
 // the stream complete: README, Streams), or the client left (a write failed, or the client's
@@ -322,15 +214,18 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 }
 
 // pump pipes the upstream body to the client until it ends, and returns how: io.EOF at its
-// proper end, the error that cut it (errDeadline for the idle timeout), errShutdown,
-// errClientGone when a write to the client failed, or why a stream that may be resumed stopped
-// (resumption.stopped).
+// proper end, the error that cut it (netio.ErrDeadline for the idle timeout),
+// netio.ErrShutdown, netio.ErrClientGone when a write to the client failed or the client left
+// while the upstream was silent, or why a stream that may be resumed stopped
+// (resumption.stopped). The upstream's waits hold no read buffer where the socket can wait
+// without one (netio.Conn.ExpectLongWaits): an idle stream waits minutes between events.
 func (p *pipe) pump(w net.Conn) error {
 	ex := p.ex
 	c, body := ex.conn, &ex.body
 	if c == nil {
 		return p.bodyEnded(w, io.EOF)
 	}
+	c.ExpectLongWaits()
 	idle := ex.srv.cfg.Server.IdleTimeout
 	// A non-streaming request's answer (past the response buffer, or an image) is still one
 	// attempt, which FAILOVER_ATTEMPT_TIMEOUT bounds whole, whatever the idle timeout says.
@@ -343,30 +238,31 @@ func (p *pipe) pump(w net.Conn) error {
 			return p.res.stopErr()
 		}
 		if ex.srv.abort.Load() {
-			return errShutdown
+			return netio.ErrShutdown
 		}
-		if !body.done && body.err == nil {
-			now := ex.tick() // the last write to the client may have waited
-			deadline := deadlineAfter(now, idle)
+		if !body.Ended() {
+			deadline := deadlineAfter(time.Now(), idle) // after the last write to the client, which may have waited
 			if !end.IsZero() && (deadline.IsZero() || end.Before(deadline)) {
 				deadline = end
 			}
-			if err := ex.waitIdle(c, deadline, now); err != nil {
+			waited, err := c.Wait(deadline, ex.stopFn)
+			ex.waited += waited
+			if err != nil {
 				return err
 			}
 		}
-		data, err := body.next()
+		data, err := body.Next()
 		if len(data) == 0 {
-			return p.bodyEnded(w, c.cause(err))
+			return p.bodyEnded(w, err)
 		}
 		whole := len(data)
 		if p.sse {
 			whole = ex.gate.Observe(data)
 		}
 		err = p.forward(w, nil, data, whole)
-		body.consume(len(data))
+		body.Consume(len(data))
 		if err != nil {
-			return errClientGone
+			return netio.ErrClientGone
 		}
 	}
 }
@@ -387,7 +283,7 @@ func (p *pipe) bodyEnded(w net.Conn, err error) error {
 		return err
 	}
 	if ferr := p.forward(w, nil, end, p.ex.gate.Observe(end)); ferr != nil {
-		return errClientGone
+		return netio.ErrClientGone
 	}
 	if p.res != nil && p.res.stopped() {
 		return p.res.stopErr() // the event was an error event, held back for the resume
@@ -404,9 +300,9 @@ func (p *pipe) bodyEnded(w net.Conn, err error) error {
 // record is not Finished for any family the sidecar reads as SSE).
 func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	switch {
-	case err == errClientGone:
+	case err == netio.ErrClientGone:
 		return false, true
-	case err == errShutdown:
+	case err == netio.ErrShutdown:
 		p.cut = true
 		return p.interrupt(w, "the sidecar is shutting down")
 	}
@@ -431,9 +327,9 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 // (finishBody deals with it), or an end after the upstream's own error event reached the client.
 func (p *pipe) interruption(err error) string {
 	switch {
-	case err == errClientGone || err == errShutdown:
+	case err == netio.ErrClientGone || err == netio.ErrShutdown:
 		return ""
-	case err == errDeadline:
+	case err == netio.ErrDeadline:
 		return "the upstream stalled longer than FAILOVER_IDLE_TIMEOUT"
 	case err == errUpstreamEvent:
 		return "the upstream sent an error event after output began"
@@ -598,15 +494,15 @@ write:
 //
 // The deadline is moved only when the one set would come sooner than that, and then to
 // writeSlack later: a stream's events come milliseconds apart, and moving the runtime's timer
-// for each (a lock, the timer heap, a clock reading of its own) was a twentieth of a paced
-// stream's user time (BENCHMARKS.md, The tail and the stream path, seventh step). A client
-// that reads nothing is taken as gone after the idle timeout and at most writeSlack more.
+// for each (a lock, the timer heap, a clock reading of its own) is a share of a paced stream's
+// user time worth keeping (BENCHMARKS.md, The tail and the stream path). A client that reads
+// nothing is taken as gone after the idle timeout and at most writeSlack more.
 func (p *pipe) armWrite(w net.Conn) {
 	idle := p.ex.srv.cfg.Server.IdleTimeout
 	if idle <= 0 {
 		return
 	}
-	want := p.ex.tick().Add(idle)
+	want := time.Now().Add(idle)
 	if !p.writeBy.IsZero() && !p.writeBy.Before(want) {
 		return
 	}
@@ -622,7 +518,6 @@ func writeSlack(idle time.Duration) time.Duration { return min(time.Second, idle
 // every other, then the request is finished (the exchange goes back to the pool).
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
-	ex.tick() // the stream's end, after its last write
 	clientLeft = clientLeft || ex.gone
 	if p.sse && ex.gate.Failed() {
 		// The upstream's own error event reached the client: the stream failed after output
@@ -636,15 +531,15 @@ func (p *pipe) end(clientLeft bool) {
 	case p.interrupted:
 		ex.Outcome = observe.OutcomePartial
 	}
-	ex.reusable = !clientLeft && ex.body.reusable() && !ex.upResp.ConnectionClose()
+	ex.reusable = !clientLeft && ex.body.Reusable() && !ex.upResp.ConnectionClose()
 	ex.closeConn()
 	ex.finish()
 }
 
 // endAttempt decides how the attempt the stream comes from (p.a) ended, and, the first time,
 // applies it: an interruption counts against the target and is its last error (unless the
-// sidecar cut the stream), and the attempt's ledger entry gets its duration and class. The
-// attempt ended at the last reading (ex.now), which its caller took.
+// sidecar cut the stream), and the attempt's ledger entry gets its duration and class: the
+// attempt ends now.
 func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 	ex := p.ex
 	o := classify.Outcome{Kind: classify.KindFinished, Status: ex.Status, Committed: true, ClientGone: clientLeft}
@@ -661,7 +556,7 @@ func (p *pipe) endAttempt(clientLeft bool) classify.Verdict {
 		ex.applyHealth(p.a, v)
 	}
 	if r := ex.Ledger.Last(); r != nil {
-		r.Duration = ex.now.Sub(p.a.start)
+		r.Duration = time.Since(p.a.start)
 		if v.Class != classify.ClassNone {
 			r.Class, r.Reason = v.Class, v.Reason
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
@@ -148,17 +149,22 @@ func (s *Server) probeOnce(t *Target) (status int, err error) {
 	deadline := time.Now().Add(s.cfg.Budget.ProbeInterval)
 	// The dial too ends at the probe's deadline (FAILOVER_CONNECT_TIMEOUT may be 0, no limit)
 	// or when the shutdown begins.
-	c, err := t.pool.dial(nil, func() bool { return s.closing.Load() || time.Now().After(deadline) })
+	c, err := t.pool.Dial(func() error {
+		if s.closing.Load() || time.Now().After(deadline) {
+			return netio.ErrShutdown
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
-	defer c.close()
-	c.conn.SetDeadline(deadline)
-	if _, err = c.conn.Write(probeHead(t, req)); err != nil {
+	defer c.Close()
+	c.SetDeadline(deadline)
+	if _, err = c.Write(probeHead(t, req)); err != nil {
 		return 0, err
 	}
 	var h fasthttp.ResponseHeader
-	if err = h.Read(bufio.NewReaderSize(c.conn, upstreamBufferSize)); err != nil {
+	if err = h.Read(bufio.NewReaderSize(c, netio.ReadBufferSize)); err != nil {
 		return 0, err
 	}
 	return h.StatusCode(), nil

@@ -50,7 +50,7 @@ func (ex *exchange) observeHead(a *attempt) {
 	if !scan.Taken() {
 		return // no figures: nothing for the rate limit (RateLimit.Observe)
 	}
-	now := ex.policyNow() // the head's reading (do)
+	now := ex.srv.clock.Now()
 	f := scan.Figures(now)
 	if until, began := a.t.health.RateLimit().Observe(now, f); began {
 		ex.event(slog.LevelInfo, "target_ratelimited", a, slog.Float64("seconds", until.Sub(now).Seconds()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
@@ -438,7 +439,6 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		return resumeSkipped, false
 	}
 	p.interrupted = true
-	ex.tick() // the interruption, after the stream's last read or write
 	p.endAttempt(false)
 	now := ex.policyNow()
 	in := classify.Interruption{Enabled: s.cfg.Budget.Enabled, Resumable: !r.broken && r.tr.Resumable(), ClientGone: ex.clientGone(), Cut: s.closing.Load(),
@@ -494,7 +494,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 			p.cut = true
 			// The shutdown, not the interruption the resume was to mend, ends the stream: the
 			// client is told so, as of any stream the shutdown cuts (finishBody).
-			msg, r.errEvent = errShutdown.Error(), r.errEvent[:0]
+			msg, r.errEvent = netio.ErrShutdown.Error(), r.errEvent[:0]
 		} else if !ex.gone {
 			next.metrics.Resume(observe.ResumeFailed)
 		}

@@ -1,31 +1,3 @@
-// Package proxy is the sidecar's request path: the fasthttp server, the attempt loop that
-// walks a request's candidate targets, upstream connections, header and body rewriting and
-// streaming commits. It is the only package that touches sockets.
-//
-// It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide,
-// the budgets are measured through package budget and applied by classify.Limit, and SSE
-// streams are held and judged by stream.Gate. What it did is counted, recorded and rendered by
-// package observe (proxy/internal/observe): the metrics, the request record the exchange fills
-// (observe.Record), the named events and the target table; observe.go re-exports the names of
-// it that main uses. The processor count is package procs' (proxy/internal/procs).
-//
-// A request's way through the files:
-//
-//	server.go     Server.serveProxy takes an exchange for the request and answers what needs no target
-//	exchange.go   the exchange: what one request holds, and who owns it when (its lifetime)
-//	sweep.go      exchange.run, the sweep: candidates, one attempt at a time, each verdict executed; the budgets (limit)
-//	step.go       exchange.step, the one attempt step: send, decide (judge), health, record, the probe lease (settleProbe)
-//	attemptio.go  one attempt's I/O (do, readBody, peek) and its waits; clientGone: how the client is seen to leave
-//	headers.go    the upstream request's head, and the response headers the client gets
-//	answer.go     the answer: commit, answer after a stop or an exhausted sweep, reject
-//	pipe.go       a committed stream or large body, piped on its own goroutine
-//	resume.go     a cut stream continued on another target (FAILOVER_RESUME)
-//	upstream.go   connections to targets, their pool, and the reads that wait in slices (pollReader)
-//
-// The socket layer beneath them has two builds: raw system calls on Linux (rawsock.go,
-// clientconn_raw.go), and the standard library's net.Conn elsewhere (rawsock_portable.go,
-// clientconn_portable.go), which the build tag failover_portable forces on Linux to test it
-// (README, Development). The two decide alike; only the cost differs.
 package proxy
 
 import (
@@ -47,6 +19,7 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/proxy/internal/procs"
 	"github.com/llm-failover/failover/stream/jsonscan"
@@ -55,19 +28,12 @@ import (
 // maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
-// writeBufferSize is the buffer fasthttp writes an answer through. It is lent per answer
-// (ReduceMemoryUsage; a committed stream writes on its own), so its size costs memory only
-// while an answer is written. fasthttp sends an answer larger than the buffer with writev on
-// a *net.TCPConn, but client connections are clientConns: sized so that a typical answer
-// (head and body) goes out in one write, the one that waits for the next request
-// (clientConn.Write).
-const writeBufferSize = 32 << 10
-
 // clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
 // they only stop a stuck or hostile client from holding a connection: a request (headers and
 // body) must arrive within it, and an idle keep-alive connection is closed after it. One value
 // for both, so that the deadline fasthttp sets at a request's first byte is (within a second)
-// the one it set for the idle wait, and clientConn need not move it.
+// the one it set for the idle wait, and the client connection need not move it
+// (netio.ClientConn.SetReadDeadline).
 const clientTimeout = 120 * time.Second
 
 // Server is the sidecar: the proxy listener's handler and the metrics listener's handler,
@@ -87,9 +53,6 @@ type Server struct {
 	maxRequest   int
 	maxResponse  int
 	peek         int
-	// systemClock: clock is the system clock, so a request's policy time is the exchange's
-	// last reading of it (exchange.policyNow).
-	systemClock bool
 
 	proxy  *fasthttp.Server
 	probes *fasthttp.Server
@@ -103,12 +66,13 @@ type Server struct {
 	// exchange.finish). LeakedProbes reads it.
 	leakedProbes atomic.Int64
 	// conns are the open client connections: Shutdown closes those that wait for a request,
-	// and a wait after an answer longer than waitTick is ended (clientConns.endLongWaits).
-	conns    clientConns
+	// and every waitTick tend ends the waits after an answer that have lasted since its last
+	// tick (netio.Conns.EndLongWaits).
+	conns    netio.Conns
 	waitTick time.Duration
 	abort    atomic.Bool   // the shutdown timeout passed: end what remains
 	prober   prober        // the background probe of targets ejected for timing out
-	quit     chan struct{} // closed at Shutdown: ends AdaptProcs and endLongWaits
+	quit     chan struct{} // closed at Shutdown: ends AdaptProcs and tend
 	quitOnce sync.Once
 	// streams run committed streams (exchange.serveStream), and handedBack serve the
 	// connections a stream hands back after its clean end: goroutines kept, not made anew
@@ -125,10 +89,8 @@ type Options struct {
 	// budget (FAILOVER_MAX_ELAPSED) all read it, through Server.clock. Everything else reads the
 	// wall clock: socket deadlines and the waits they bound, a retry's backoff (slept, not
 	// simulated), a Retry-After date (the upstream's wall clock), and the durations measured
-	// for logs, metrics and least-latency's samples. nil: the system clock, whose reading a
-	// request takes at points of its own and uses for its policy time too (exchange.policyNow);
-	// any other clock is read at every use. The drill sets a budget.ManualClock to show a
-	// target recovering without waiting out its ejection.
+	// for logs, metrics and least-latency's samples. nil: the system clock. The drill sets a
+	// budget.ManualClock to show a target recovering without waiting out its ejection.
 	Clock budget.Clock
 	// RootCAs verifies https targets' certificates; nil: the system roots (SSL_CERT_FILE,
 	// SSL_CERT_DIR). Tests give the CA of their loopback TLS servers.
@@ -147,7 +109,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.clock == nil {
 		s.clock = budget.SystemClock{}
 	}
-	_, s.systemClock = s.clock.(budget.SystemClock)
 	for i := range cfg.Targets {
 		t, err := newTarget(i, &cfg.Targets[i], &cfg.Server, &cfg.Budget, opts.RootCAs)
 		if err != nil {
@@ -209,7 +170,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		// A committed stream hijacks its connection and hands it back with ServeConn after a
 		// clean end (commit.go): fasthttp must not close it when the hijack handler returns.
 		KeepHijackedConns: true,
-		WriteBufferSize:   writeBufferSize,
+		WriteBufferSize:   netio.WriteBufferSize,
 		Logger:            quietLogger{},
 	}
 	s.probes = &fasthttp.Server{
@@ -241,15 +202,34 @@ func (quietLogger) Printf(string, ...any) {}
 
 // Serve answers proxy requests on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	go s.conns.endLongWaits(s.quit, s.waitTick, s.retireWorkers)
-	return s.proxy.Serve(clientListener{Listener: ln, conns: &s.conns, closing: &s.closing})
+	go s.tend()
+	return s.proxy.Serve(netio.Listener{Listener: ln, Conns: &s.conns, Closing: &s.closing})
 }
 
-// retireWorkers ends the stream path's workers that have waited longer than workerIdle.
-func (s *Server) retireWorkers(now time.Time) {
-	s.streams.retire(now)
-	s.handedBack.retire(now)
+// tend is the server's periodic look, every waitTick until Shutdown, with or without traffic:
+// it retires the stream path's workers that have waited longer than workerIdle, and ends the
+// waits after an answer that have lasted since its last tick (netio.Conns.EndLongWaits: a
+// client connection waits so for between one and two ticks at most).
+func (s *Server) tend() {
+	tick := time.NewTicker(s.waitTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case now := <-tick.C:
+			s.streams.retire(now)
+			s.handedBack.retire(now)
+			s.conns.EndLongWaits()
+		}
+	}
 }
+
+// waitTick is how often tend looks: a connection whose client is idle after an answer holds
+// its write buffer for less than twice as long, and a request the wait after an answer missed
+// (a client that sent it before the answer, though it had waited for the answer before) waits
+// as long at most. A variable for tests (read by New).
+var waitTick = 50 * time.Millisecond
 
 // ServeProbes answers /metrics, /targets, /healthz and /readyz on ln until Shutdown.
 func (s *Server) ServeProbes(ln net.Listener) error { return s.probes.Serve(ln) }
@@ -287,14 +267,14 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}()
 	// fasthttp closes an idle keep-alive connection at shutdown, but counts one it was handed
 	// with ServeConn (after a stream) as idle only 5 s after the handover, and one whose answer
-	// waits for the next request in its last write (clientConn.writeAwait) not at all: every
+	// waits for the next request in its last write (netio.ClientConn) not at all: every
 	// connection that waits for a request is closed here, until the drain is over.
 	stopIdle := make(chan struct{})
 	go func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			s.conns.closeIdle()
+			s.conns.CloseIdle()
 			select {
 			case <-stopIdle:
 				return
@@ -317,13 +297,13 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.abort.Store(true)
 		select {
 		case <-done:
-		case <-time.After(2 * pollInterval):
+		case <-time.After(2 * netio.PollInterval):
 		}
 	}
 	wg.Wait()
 	s.probes.Shutdown() // nothing is left to wait for
 	for _, t := range s.targets {
-		t.pool.closeIdle()
+		t.pool.CloseIdle()
 	}
 }
 
@@ -389,19 +369,17 @@ func (s *Server) serveHealth(ctx *fasthttp.RequestCtx, path []byte) bool {
 	return true
 }
 
-// serveProxy is the proxy listener's handler. An answer fasthttp writes on a request that
-// ended at its last byte waits for the client's next request in its last write
-// (clientConn.writeAwait); a stream writes its answer itself, and a request read with bytes
-// of the next one has that one in fasthttp's buffer already.
+// serveProxy is the proxy listener's handler. An answer fasthttp writes, to a client that
+// waits for its answers, on a request that ended at its last byte, waits for the client's next
+// request in its last write (netio.ClientConn.Begin, AwaitAfter); a stream writes its answer
+// itself, and a request read with bytes of the next one has that one in fasthttp's buffer
+// already.
 func (s *Server) serveProxy(ctx *fasthttp.RequestCtx) {
-	cc, _ := ctx.Conn().(*clientConn)
-	if cc != nil {
-		cc.takeBack() // the last answer on the connection has been written
-	}
-	atEnd := cc != nil && cc.atRequestEnd(len(ctx.Request.Body()))
+	cc, _ := ctx.Conn().(*netio.ClientConn)
+	mayWait := cc != nil && cc.Begin(len(ctx.Request.Body()))
 	s.serveRequest(ctx)
-	if atEnd && !ctx.Hijacked() {
-		cc.awaitAfter(&ctx.Response.Header)
+	if mayWait && !ctx.Hijacked() {
+		cc.AwaitAfter(&ctx.Response.Header)
 	}
 }
 
@@ -475,9 +453,9 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		msg = fmt.Sprintf("request body larger than FAILOVER_MAX_REQUEST_BYTES (%s)", s.cfg.Server.MaxRequestBytes)
 	case errors.As(err, &small):
 		status, code, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, "request headers larger than 16 KiB"
-	case errors.Is(err, errBareLF):
+	case errors.Is(err, netio.ErrBareLF):
 		msg = "malformed HTTP request: a line of the request head ends in LF without CR (HTTP/1.1 lines end in CRLF)"
-	case isTimeout(err):
+	case netio.IsTimeout(err):
 		status, code, msg = fasthttp.StatusRequestTimeout, "request_timeout", "the request was not received in time"
 	}
 	ctx.SetConnectionClose()
@@ -485,10 +463,10 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	s.metrics.Inflight.Add(1)
 	ex := s.pool.Get().(*exchange)
 	ex.begin(ctx)
-	if cc, ok := ctx.Conn().(*clientConn); ok && len(ex.Path) <= 1 {
+	if cc, ok := ctx.Conn().(*netio.ClientConn); ok && len(ex.Path) <= 1 {
 		// fasthttp reset the request before this handler (headers too large, a chunked body
 		// over the limit): the request line it came from still names the family.
-		ex.Family = cc.lineFamily
+		ex.Family = familyOf(cc.RequestTarget())
 	}
 	ex.reject(status, code, msg)
 	ex.handlerDone()

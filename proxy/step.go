@@ -80,7 +80,6 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	if a.cut {
 		// The sidecar, not the target, ended the attempt: like a client leaving, it has no
 		// health effect and is no failure to recover from.
-		ex.tick()
 		v := classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
 		if rt.r != nil {
 			v = classify.ResumeStopped(v)
@@ -94,7 +93,6 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	if rt.r != nil {
 		return ex.settleResume(a, rt, &o, v)
 	}
-	ex.tick() // the attempt's end
 	ex.applyHealth(a, v)
 	ex.settleProbe(nil) // the attempt's own probe, before a transfer's candidate may take another
 	var next *Target
@@ -111,7 +109,6 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	}
 	if !exhausted && next != nil {
 		v, next = ex.limit(a, v, next)
-		ex.tick() // limit may have logged: the ledger's duration is read after it
 		if v.Action != classify.ActionRetry && v.Action != classify.ActionTransfer {
 			next = nil // a budget ended the sweep
 		}
@@ -172,7 +169,6 @@ func (ex *exchange) judge(o *classify.Outcome) classify.Verdict {
 // stops the resume (classify.ResumeStopped), and the client keeps the original interruption.
 func (ex *exchange) settleResume(a *attempt, rt resumeTry, o *classify.Outcome, v classify.Verdict) (classify.Verdict, *Target) {
 	if v.Reason == classify.ReasonPrefillRefused {
-		ex.tick()
 		ex.prefillRefused(a)
 		why := ex.instructAgain()
 		if why == classify.ResumeOK {
@@ -184,7 +180,6 @@ func (ex *exchange) settleResume(a *attempt, rt resumeTry, o *classify.Outcome, 
 		ex.notResumed(a, why)
 	}
 	ok := v.Action == classify.ActionCommit && a.sse && rt.r.accept(ex, rt.form)
-	ex.tick() // the resume attempt's end
 	if !ok && !o.ClientGone && v.Action == classify.ActionCommit && ex.clientGone() {
 		// A continuation that committed but cannot be spliced is no answer either: as for any
 		// attempt whose result is not used, the client may have left while it ran.
@@ -306,11 +301,10 @@ func (ex *exchange) ejected(a *attempt, d time.Duration, why string) {
 		slog.Float64("seconds", d.Seconds()))
 }
 
-// record writes the attempt into the ledger and the metrics. The attempt ended at the last
-// reading (ex.now), which its caller took.
+// record writes the attempt into the ledger and the metrics: the attempt ends now.
 func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	s, t := ex.srv, a.t
-	d := ex.now.Sub(a.start)
+	d := time.Since(a.start)
 	phase := a.phase
 	if v.Action == classify.ActionCommit {
 		phase = observe.PhaseCommitted

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
@@ -18,7 +19,7 @@ import (
 // decides). Whether another attempt is made, and where, is decided in step, never here.
 func (ex *exchange) run() {
 	s := ex.srv
-	now := ex.policyNow() // begin's reading
+	now := ex.policyNow()
 	ex.selectCandidates(now)
 	if len(ex.cands) == 0 {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
@@ -250,23 +251,21 @@ func (ex *exchange) stopOutcome(v classify.Verdict) observe.Outcome {
 	return observe.OutcomeUpstreamError
 }
 
-// sleep waits d before a retry on the wall clock, asking clientGone every pollInterval; false
-// when the client left (ex.gone) or the sidecar is ending what remains at shutdown. It reads
-// the clock at its start and after each nap, and ends at the last reading.
+// sleep waits d before a retry on the wall clock, asking clientGone every netio.PollInterval; false
+// when the client left (ex.gone) or the sidecar is ending what remains at shutdown.
 func (ex *exchange) sleep(d time.Duration) bool {
-	start := ex.tick()
+	start := time.Now()
 	deadline := start.Add(d)
-	for {
+	for now := start; ; now = time.Now() {
 		if ex.clientGone() || ex.srv.abort.Load() {
-			ex.waited += ex.now.Sub(start)
+			ex.waited += now.Sub(start)
 			return false
 		}
-		left := deadline.Sub(ex.now)
+		left := deadline.Sub(now)
 		if left <= 0 {
-			ex.waited += ex.now.Sub(start)
+			ex.waited += now.Sub(start)
 			return true
 		}
-		time.Sleep(min(left, pollInterval))
-		ex.tick()
+		time.Sleep(min(left, netio.PollInterval))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
@@ -45,7 +46,7 @@ type Target struct {
 	prefillRefused prefillRefusals
 
 	health  *budget.Health
-	pool    *pool
+	pool    *netio.Pool
 	metrics *observe.TargetMetrics
 	// latencyNS is an exponentially weighted time to first byte, for least-latency: a failed
 	// attempt counts as a slow sample (failedAttemptLatency).
@@ -118,7 +119,7 @@ func newTarget(i int, tc *config.TargetConfig, s *config.ServerConfig, b *budget
 		tlsConfig = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
 			RootCAs: roots}
 	}
-	t.pool = newPool(t.addr, tlsConfig, s.ConnectTimeout)
+	t.pool = netio.NewPool(t.addr, tlsConfig, s.ConnectTimeout)
 	return t, nil
 }
 

@@ -298,6 +298,41 @@ func idlePoolLetsGoWithoutTraffic(t *testing.T, scheme string) {
 	}
 }
 
+// Shutdown closes the connections each target's pool keeps idle, and no request of the drain
+// leaves one open: nothing of the sidecar holds a target's connection once it has shut down.
+func TestShutdownClosesIdleUpstreamConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { // keeps idle connections open
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(pt.ChatCompletion("hi"))
+	}}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Shutdown() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := startTrusting(t, nil, targets("http://"+ln.Addr().String()+"/v1")...)
+	sendBurst(t, s, 4)
+	if n := socketsTo(t, port, tcpEstablished); n == 0 {
+		t.Fatal("no pooled connection to the target after a burst")
+	}
+	s.Srv.Shutdown(t.Context())
+	waitUntil(t, "connections to the target are still open after Shutdown", func() bool {
+		return socketsTo(t, port, tcpEstablished, tcpCloseWait) == 0
+	})
+}
+
+// waitUntil asks cond every few milliseconds until it holds, or fails with what after 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+	}
+}
+
 // A provider closes idle keep-alive connections over https as well, and there its close comes
 // as a TLS close_notify alert before the FIN. A pooled connection it closed must cost no
 // attempt: the request goes once, on a fresh connection, and the target's health is

@@ -10,9 +10,8 @@ import (
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
-// A request reads the clock at a few points and uses the last reading in between (the
-// exchange's points, proxy/exchange.go). These tests hold the rule that makes that safe:
-// whatever follows an operation that may wait is timed from a reading taken after it.
+// Whatever follows an operation that may wait is timed from after it: a health report from the
+// end of the answer it is about, a stream's idle timeout from its last write.
 
 // A health report is made at the attempt's end, read after its last read: the cooldown an
 // answer asks for (README, Health) runs its whole length from when the answer's body ended,

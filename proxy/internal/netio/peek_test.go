@@ -1,4 +1,4 @@
-package proxy
+package netio
 
 import (
 	"io"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The looks at a socket that must not wait, on either socket path (rawsock.go on Linux,
+// The looks at a socket that must not wait, on either socket path (rawsock_linux.go, and
 // rawsock_portable.go elsewhere and with the tag failover_portable): both must see the same.
 
 // waitFor asks cond every few milliseconds until it holds, or fails after 5 s.
@@ -25,12 +25,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // that follow still get every byte, in order.
 func TestClientPeerSeesTheClientLeave(t *testing.T) {
 	cc, peer := clientPair(t)
-	p := peerOf(cc)
-	if p == peerUnknown {
-		t.Fatal("peerOf returned peerUnknown")
+	if (Peer{}).Known() || (Peer{}).Closed() {
+		t.Fatal("the zero Peer is known, or seen closed")
+	}
+	p := PeerOf(cc)
+	if !p.Known() {
+		t.Fatal("PeerOf returned a Peer not known")
 	}
 	begun := time.Now()
-	if p.closed() {
+	if p.Closed() {
 		t.Fatal("an open, quiet connection is seen closed")
 	}
 	if d := time.Since(begun); d > 500*time.Millisecond {
@@ -46,7 +49,7 @@ func TestClientPeerSeesTheClientLeave(t *testing.T) {
 	peer.Close()
 	time.Sleep(20 * time.Millisecond)
 	for range 3 {
-		if p.closed() {
+		if p.Closed() {
 			t.Fatal("a connection with bytes waiting to be read is seen closed")
 		}
 	}
@@ -64,29 +67,29 @@ func TestClientPeerSeesTheClientLeave(t *testing.T) {
 	if string(got) != early {
 		t.Fatalf("read %q, want %q", got, early)
 	}
-	if cc.lineFamily != familyOf([]byte("/v1/chat/completions")) {
-		t.Errorf("the request line's family was not taken from the bytes read first")
+	if string(cc.RequestTarget()) != "/v1/chat/completions" {
+		t.Errorf("the request line's target was not taken from the bytes read first: %q", cc.RequestTarget())
 	}
-	waitFor(t, "the client's close is not seen once its bytes were read", p.closed)
+	waitFor(t, "the client's close is not seen once its bytes were read", p.Closed)
 	if _, err := cc.Read(buf); err != io.EOF {
 		t.Fatalf("read after the close: %v, want EOF", err)
 	}
 
 	// A reset.
 	cc, peer = clientPair(t)
-	p = peerOf(cc)
+	p = PeerOf(cc)
 	peer.(*net.TCPConn).SetLinger(0)
 	peer.Close()
-	waitFor(t, "a reset connection is not seen closed", p.closed)
+	waitFor(t, "a reset connection is not seen closed", p.Closed)
 }
 
 // A look leaves the read deadline the connection had: a read after it still ends there, not
 // at the look's own.
 func TestClientPeerKeepsTheReadDeadline(t *testing.T) {
 	cc, peer := clientPair(t)
-	p := peerOf(cc)
+	p := PeerOf(cc)
 	cc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	if p.closed() {
+	if p.Closed() {
 		t.Fatal("an open connection is seen closed")
 	}
 	go func() {
@@ -97,18 +100,18 @@ func TestClientPeerKeepsTheReadDeadline(t *testing.T) {
 	if _, err := cc.Read(buf); err != nil {
 		t.Fatalf("a read within the deadline after a look: %v", err)
 	}
-	if _, err := cc.Read(buf); !isTimeout(err) {
+	if _, err := cc.Read(buf); !IsTimeout(err) {
 		t.Fatalf("a read past the deadline after a look: %v, want a timeout", err)
 	}
 }
 
-// A connection that is not a clientConn has nothing to look at: it is never seen closed.
+// A connection that is not a ClientConn has nothing to look at: it is never seen closed.
 func TestClientPeerOfAnotherConnection(t *testing.T) {
 	c, peer := loopbackPair(t, nil)
-	p := peerOf(struct{ net.Conn }{c})
+	p := PeerOf(struct{ net.Conn }{c})
 	peer.Close()
 	time.Sleep(20 * time.Millisecond)
-	if p.closed() {
+	if p.Closed() {
 		t.Fatal("a connection without a socket to look at is seen closed")
 	}
 }
@@ -127,9 +130,7 @@ func TestIdleInputOnAnUpstreamConnection(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			server, client := loopbackPair(t, nil)
-			c := &upConn{conn: client}
-			c.rd.conn = client
-			c.attach(client.(*net.TCPConn), true)
+			c := newConn(client, client.(*net.TCPConn), true)
 			begun := time.Now()
 			if c.idleInput() {
 				t.Fatal("a quiet connection has something to read")
@@ -143,11 +144,9 @@ func TestIdleInputOnAnUpstreamConnection(t *testing.T) {
 	}
 
 	server, client := loopbackPair(t, nil)
-	c := &upConn{conn: client}
-	c.rd.conn = client
-	c.attach(client.(*net.TCPConn), true)
+	c := newConn(client, client.(*net.TCPConn), true)
 	c.idleInput()
-	c.rd.arm(time.Now().Add(5*time.Second), nil, nil)
+	c.rd.arm(time.Now().Add(5*time.Second), nil)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		io.WriteString(server, "HTTP/1.1 200 OK\r\n")

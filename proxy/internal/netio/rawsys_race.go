@@ -1,6 +1,6 @@
 //go:build linux && !failover_portable && race
 
-package proxy
+package netio
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build linux && !failover_portable
 
-package proxy
+package netio
 
 import (
 	"strconv"
@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// The wait for the client's next request in the write that ends an answer (writeAwait), and
-// the counts it keeps, are Linux's (clientconn_raw.go): what these tests read does not exist
-// on the portable path. writeawait_test.go tests what both paths must do.
+// The wait for the client's next request in the write that ends an answer (endAnswer), and
+// the counts it keeps, are Linux's (client_linux.go): what these tests read does not exist on
+// the portable path. listener_test.go tests what both paths must do.
 
 // The write that ends an answer waits for the client's next request: the read of that
 // request's first byte finds it, rather than looking once for nothing and then waiting. A
@@ -18,14 +18,13 @@ import (
 // does not wait, and the read after it looks once for nothing: the count this test reads
 // counts what it should.
 func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
-	srv, addr := startCannedServer(t)
-	t.Cleanup(func() { srv.Shutdown(t.Context()) })
-	s := dialRaw(t, addr)
+	ts := startTestServer(t, 0, 50*time.Millisecond)
+	s := dialRaw(t, ts.addr)
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
 	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
 	s.roundTrip(s.req, "the first answer")
-	cc := onlyClientConn(t, srv)
+	cc := ts.onlyConn(t)
 	base := cc.empty.Load() // the reads before the first answers: they do not wait (not yet sequential)
 	for i := range 4 {
 		s.roundTrip(s.req, "answer "+strconv.Itoa(i))
@@ -41,14 +40,14 @@ func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
 }
 
 // A connection whose client sends nothing after an answer does not keep waiting in the
-// answer's write, which holds fasthttp's write buffer: endLongWaits ends the wait, the
+// answer's write, which holds fasthttp's write buffer: EndLongWaits ends the wait, the
 // connection waits for its next request as it did before (a read that looks once first), and
 // serves it: the past read deadline that ended the wait is not left on the socket.
 func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
-	srv, addr := startSlowServer(t, 0, 20*time.Millisecond)
-	s := dialRaw(t, addr)
+	ts := startTestServer(t, 0, 20*time.Millisecond)
+	s := dialRaw(t, ts.addr)
 	s.roundTrip(s.req, "the first answer") // does not wait: the client has not yet shown it waits for answers
-	cc := onlyClientConn(t, srv)
+	cc := ts.onlyConn(t)
 	for i := range 3 {
 		s.sendRaw(s.req)
 		s.answer("answer " + strconv.Itoa(i))
@@ -60,9 +59,9 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		cc.waitMu.Lock()
-		awaiting := cc.awaiting
-		cc.waitMu.Unlock()
+		cc.wait.mu.Lock()
+		awaiting := cc.wait.on
+		cc.wait.mu.Unlock()
 		if awaiting {
 			t.Fatalf("after answer %d: a wait in the answer's write goes on", i)
 		}
@@ -75,8 +74,8 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 // looks (2 s here); the client is then remembered as one that pipelines, and no later pair's
 // request waits for a look, though the gap before each pair makes its first read find nothing.
 func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
-	srv, addr := startSlowServer(t, 150*time.Millisecond, time.Second)
-	s := dialRaw(t, addr)
+	ts := startTestServer(t, 150*time.Millisecond, time.Second)
+	s := dialRaw(t, ts.addr)
 	for i := range 2 {
 		s.send()
 		s.answer("sequential answer " + strconv.Itoa(i))
@@ -89,15 +88,25 @@ func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
 		s.answer("the first answer of pair " + strconv.Itoa(i))
 		begin := time.Now()
 		s.answer("the second answer of pair " + strconv.Itoa(i))
-		// 150 ms at the target; a missed request waits one look at least (1 s).
+		// 150 ms in the handler; a missed request waits one look at least (1 s).
 		if took := time.Since(begin); i > 0 && took > 900*time.Millisecond {
 			t.Fatalf("pair %d: the second answer took %v", i, took)
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
-	cc := onlyClientConn(t, srv)
-	srv.Shutdown(t.Context()) // the connection's goroutine is done with it: its fields may be read
-	if !cc.pipelines {
+	cc := ts.onlyConn(t)
+	ts.shutdown() // the connection's goroutine is done with it: its fields may be read
+	if cc.pace != pacePipelining {
 		t.Fatal("a client whose request a wait missed is not remembered as one that pipelines")
 	}
+}
+
+// roundTrip sends req, reads its answer, and leaves the server time to begin its wait (or its
+// read) before the next request: the client waits for its answers.
+func (s *rawClient) roundTrip(req, name string) string {
+	s.t.Helper()
+	s.sendRaw(req)
+	body := s.answer(name)
+	time.Sleep(20 * time.Millisecond)
+	return body
 }

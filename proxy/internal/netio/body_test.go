@@ -1,4 +1,4 @@
-package proxy
+package netio
 
 import (
 	"bytes"
@@ -11,13 +11,11 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/llm-failover/failover/classify"
 )
 
-// bodyOver returns an upConn reading what write sends from the far end of a real loopback TCP
+// bodyOver returns a Conn reading what write sends from the far end of a real loopback TCP
 // connection. write runs in its own goroutine; the far end closes when it returns.
-func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
+func bodyOver(t testing.TB, write func(net.Conn)) *Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,11 +39,9 @@ func bodyOver(t testing.TB, write func(net.Conn)) *upConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	// As pool.connect builds a plain TCP connection: reads through its socket (rawSocket).
-	c := &upConn{conn: conn}
-	c.rd.conn = conn
-	c.attach(conn.(*net.TCPConn), true)
-	c.rd.arm(time.Now().Add(5*time.Second), nil, nil)
+	// As Pool.connect builds a plain TCP connection.
+	c := newConn(conn, conn.(*net.TCPConn), true)
+	c.rd.arm(time.Now().Add(5*time.Second), nil)
 	return c
 }
 
@@ -64,16 +60,16 @@ func writeSplit(s string, bytewise bool) func(net.Conn) {
 	}
 }
 
-// readAll reads b to its end the way the sidecar does (next, consume).
-func readAll(b *upBody) ([]byte, error) {
+// readAll reads b to its end the way the sidecar does (Next, Consume).
+func readAll(b *Body) ([]byte, error) {
 	var out []byte
 	for {
-		p, err := b.next()
+		p, err := b.Next()
 		if len(p) == 0 {
 			return out, err
 		}
 		out = append(out, p...)
-		b.consume(len(p))
+		b.Consume(len(p))
 	}
 }
 
@@ -105,12 +101,12 @@ func TestUpBody(t *testing.T) {
 		{"cut inside a chunk", 200, -1, false, "5\r\nhel", "hel", io.ErrUnexpectedEOF, false},
 		{"cut before the last chunk", 200, -1, false, "5\r\nhello\r\n", "hello", io.ErrUnexpectedEOF, false},
 		{"cut inside the trailer", 200, -1, false, "5\r\nhello\r\n0\r\nX-T", "hello", io.ErrUnexpectedEOF, false},
-		{"size that is not hex", 200, -1, false, "zz\r\nhello\r\n0\r\n\r\n", "", errBrokenChunk, false},
-		{"empty size line", 200, -1, false, "\r\nhello", "", errBrokenChunk, false},
-		{"garbage after the size", 200, -1, false, "5x\r\nhello\r\n0\r\n\r\n", "", errBrokenChunk, false},
-		{"no CRLF after the data", 200, -1, false, "5\r\nhelloXY\r\n0\r\n\r\n", "hello", errBrokenChunk, false},
-		{"size beyond any body", 200, -1, false, "fffffffffffffffff\r\n", "", errBrokenChunk, false},
-		{"size line longer than the buffer", 200, -1, false, strings.Repeat("1", 5000) + "\r\n", "", errBrokenChunk, false},
+		{"size that is not hex", 200, -1, false, "zz\r\nhello\r\n0\r\n\r\n", "", ErrBrokenChunk, false},
+		{"empty size line", 200, -1, false, "\r\nhello", "", ErrBrokenChunk, false},
+		{"garbage after the size", 200, -1, false, "5x\r\nhello\r\n0\r\n\r\n", "", ErrBrokenChunk, false},
+		{"no CRLF after the data", 200, -1, false, "5\r\nhelloXY\r\n0\r\n\r\n", "hello", ErrBrokenChunk, false},
+		{"size beyond any body", 200, -1, false, "fffffffffffffffff\r\n", "", ErrBrokenChunk, false},
+		{"size line longer than the buffer", 200, -1, false, strings.Repeat("1", 5000) + "\r\n", "", ErrBrokenChunk, false},
 		{"content-length", 200, 5, false, "hello", "hello", nil, true},
 		{"content-length leaves what follows", 200, 5, false, "helloHTTP/1.1 200 OK\r\n", "hello", nil, true},
 		{"content-length cut short", 200, 10, false, "hello", "hello", io.ErrUnexpectedEOF, false},
@@ -127,8 +123,8 @@ func TestUpBody(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				c := bodyOver(t, writeSplit(tc.wire, bytewise))
-				var b upBody
-				b.reset(c, response(tc.status, tc.contentLength), tc.head)
+				var b Body
+				b.Reset(c, response(tc.status, tc.contentLength), tc.head)
 				got, err := readAll(&b)
 				if tc.wantErr == nil && err != io.EOF || tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 					t.Fatalf("ended with %v, want %v", err, tc.wantErr)
@@ -136,10 +132,10 @@ func TestUpBody(t *testing.T) {
 				if string(got) != tc.want {
 					t.Fatalf("body %q, want %q", got, tc.want)
 				}
-				if b.reusable() != tc.reusable {
-					t.Fatalf("reusable %v, want %v", b.reusable(), tc.reusable)
+				if b.Reusable() != tc.reusable {
+					t.Fatalf("reusable %v, want %v", b.Reusable(), tc.reusable)
 				}
-				if _, again := b.next(); again != err {
+				if _, again := b.Next(); again != err {
 					t.Fatalf("the end is not sticky: %v then %v", err, again)
 				}
 			})
@@ -148,7 +144,8 @@ func TestUpBody(t *testing.T) {
 }
 
 // A committed stream waiting for its next chunk holds no read buffer: the chunk's CRLF is
-// taken with its data, so nothing stays buffered and the reader goes back to its pool.
+// taken with its data, so nothing stays buffered and the reader goes back to its pool, and the
+// wait that follows (ExpectLongWaits) lets the rest be read.
 func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 	next := make(chan struct{})
 	c := bodyOver(t, func(w net.Conn) {
@@ -156,13 +153,13 @@ func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 		<-next
 		w.Write([]byte("6\r\n world\r\n0\r\n\r\n"))
 	})
-	var b upBody
-	b.reset(c, response(200, -1), false)
-	p, err := b.next()
+	var b Body
+	b.Reset(c, response(200, -1), false)
+	p, err := b.Next()
 	if string(p) != "hello" || err != nil {
 		t.Fatalf("first chunk %q, %v", p, err)
 	}
-	b.consume(len(p))
+	b.Consume(len(p))
 	if c.buffered() != 0 {
 		t.Fatalf("%d bytes left buffered after the chunk", c.buffered())
 	}
@@ -171,7 +168,8 @@ func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 		t.Fatal("the reader was not given back")
 	}
 	close(next)
-	if err := c.rd.waitReadable(); err != nil {
+	c.ExpectLongWaits()
+	if _, err := c.Wait(time.Now().Add(5*time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
 	rest, err := readAll(&b)
@@ -180,18 +178,18 @@ func TestUpBodyWaitsWithoutABuffer(t *testing.T) {
 	}
 }
 
-func TestBrokenChunksAreTransportResets(t *testing.T) {
-	for _, err := range []error{errBrokenChunk, io.ErrUnexpectedEOF} {
-		if got := transportOf(err); got != classify.TransportReset {
+func TestBrokenChunksAreResets(t *testing.T) {
+	for _, err := range []error{ErrBrokenChunk, io.ErrUnexpectedEOF} {
+		if got := FailureOf(err); got != FailureReset {
 			t.Errorf("%v: %v, want reset", err, got)
 		}
 	}
 }
 
-// FuzzUpBody feeds arbitrary bytes as a chunked body through a real socket. The decoder must
+// FuzzBody feeds arbitrary bytes as a chunked body through a real socket. The decoder must
 // end (never hang or panic), and whenever it accepts a body, Go's own chunked reader must read
 // the same bytes from it.
-func FuzzUpBody(f *testing.F) {
+func FuzzBody(f *testing.F) {
 	for _, s := range []string{
 		"5\r\nhello\r\n0\r\n\r\n",
 		"5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n",
@@ -205,8 +203,8 @@ func FuzzUpBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		c := bodyOver(t, writeSplit(string(wire), false))
-		var b upBody
-		b.reset(c, response(200, -1), false)
+		var b Body
+		b.Reset(c, response(200, -1), false)
 		got, err := readAll(&b)
 		if err != io.EOF {
 			return

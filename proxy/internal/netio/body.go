@@ -1,18 +1,19 @@
-package proxy
+package netio
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 
 	"github.com/valyala/fasthttp"
 )
 
 // The sidecar decodes upstream response bodies itself, straight out of the connection's
-// buffered reader: fasthttp parses the status line and headers only (Response.SkipBody).
+// buffered reader: fasthttp parses the status line and headers only (Conn.ReadHead).
 // Reading in place means no second buffer: the peek hands the gate the bytes in the
 // connection's buffer, and a committed stream writes them to the client from there. It also
 // means a committed stream that waits for its next event holds no read buffer at all
-// (upConn.releaseReader), which is most of what an idle stream used to cost.
+// (Conn.ExpectLongWaits).
 
 type bodyMode uint8
 
@@ -23,11 +24,12 @@ const (
 	bodyUntilClose                 // neither: the body ends when the upstream closes
 )
 
-// upBody is one upstream response body being read. next returns the body bytes the
-// connection's buffer holds (reading once when it holds none), consume moves past them.
-// Owned by the attempt that read the response headers; not safe for concurrent use.
-type upBody struct {
-	c        *upConn
+// Body is one upstream response body being read in place. Next returns the body bytes the
+// connection's buffer holds (reading once when it holds none), Consume moves past them. Owned
+// by the attempt that read the response head; not safe for concurrent use. The zero Body is
+// ready for Reset.
+type Body struct {
+	c        *Conn
 	mode     bodyMode
 	left     int64 // bytes left of the body (bodyLength) or of the current chunk (bodyChunked)
 	needCRLF bool  // a chunk's data ended: its CRLF comes before the next size line
@@ -35,9 +37,10 @@ type upBody struct {
 	err      error // the error that ended it otherwise (sticky)
 }
 
-// reset prepares reading the body of resp, whose headers were just read from c.
-func (b *upBody) reset(c *upConn, resp *fasthttp.Response, head bool) {
-	*b = upBody{c: c}
+// Reset prepares reading the body of resp, whose head was just read from c (Conn.ReadHead);
+// head tells that it answers a HEAD request, whose answer has no body whatever it says.
+func (b *Body) Reset(c *Conn, resp *fasthttp.Response, head bool) {
+	*b = Body{c: c}
 	status := resp.StatusCode()
 	switch cl := resp.Header.ContentLength(); {
 	case head || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
@@ -51,18 +54,22 @@ func (b *upBody) reset(c *upConn, resp *fasthttp.Response, head bool) {
 	}
 }
 
-// has reports whether the response has a body to read at all.
-func (b *upBody) has() bool { return b.mode != bodyNone }
+// Has reports whether the response has a body to read at all.
+func (b *Body) Has() bool { return b.mode != bodyNone }
 
-// reusable reports whether the body was read to its framed end, so the connection can carry
+// Reusable reports whether the body was read to its framed end, so the connection can carry
 // another request (given the upstream did not ask to close it).
-func (b *upBody) reusable() bool { return b.done && b.mode != bodyUntilClose }
+func (b *Body) Reusable() bool { return b.done && b.mode != bodyUntilClose }
 
-// next returns the body bytes available now, blocking on one read when the buffer holds none,
+// Ended reports whether the body ended, properly or not: Next has nothing more to wait for.
+func (b *Body) Ended() bool { return b.done || b.err != nil }
+
+// Next returns the body bytes available now, blocking on one read when the buffer holds none,
 // or the error that ended the body: io.EOF at its proper end, io.ErrUnexpectedEOF when the
-// upstream closed early, errBrokenChunk, or the read's own error. The bytes are valid until
-// consume or the next read on the connection.
-func (b *upBody) next() ([]byte, error) {
+// upstream closed early, ErrBrokenChunk, a wait's reason when the read gave up (ErrDeadline,
+// ErrClientGone, ErrShutdown), or the read's own error. The bytes are valid until Consume or
+// the next read on the connection.
+func (b *Body) Next() ([]byte, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -95,12 +102,12 @@ func (b *upBody) next() ([]byte, error) {
 	return p, nil
 }
 
-// consume moves past n bytes that next returned.
-func (b *upBody) consume(n int) {
+// Consume moves past n bytes that Next returned.
+func (b *Body) Consume(n int) {
 	if n <= 0 {
 		return
 	}
-	b.c.br.Discard(n) // n bytes are buffered: next returned them
+	b.c.br.Discard(n) // n bytes are buffered: Next returned them
 	if b.mode == bodyUntilClose {
 		return
 	}
@@ -122,25 +129,53 @@ func (b *upBody) consume(n int) {
 	}
 }
 
+// EndsInBuffer reports whether the body ends with what the connection's buffer already
+// holds: its last bytes arrived with the end of the body (the common case for a short answer).
+// It reads only what is buffered, never waits.
+func (b *Body) EndsInBuffer() bool {
+	switch b.mode {
+	case bodyLength:
+		return b.done
+	case bodyChunked:
+		if b.done {
+			return true
+		}
+		// The end of a chunked body is the last chunk's CRLF, "0", CRLF and the empty line:
+		// only worth parsing when all of it is there. Parsing reads whole lines, so what is
+		// buffered must end with the empty line: a line cut short ("0;ext=1" whose CRLF is
+		// still on its way) would make the parse wait for the upstream.
+		n := b.c.buffered()
+		if b.left != 0 || n < len("0\r\n\r\n") {
+			return false
+		}
+		if p, _ := b.c.br.Peek(n); !bytes.HasSuffix(p, []byte("\n\r\n")) && !bytes.HasSuffix(p, []byte("\n\n")) {
+			return false
+		}
+		_, err := b.Next()
+		return err == io.EOF
+	}
+	return false
+}
+
 // fail makes err the body's end; a clean EOF in the middle of a framed body is a truncation.
-func (b *upBody) fail(err error) error {
+func (b *Body) fail(err error) error {
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	b.err = err
-	return err
+	b.err = b.c.cause(err)
+	return b.err
 }
 
 // chunkHeader reads up to the next chunk's data: the previous chunk's CRLF, the size line, and
 // after the last (zero-size) chunk the trailer section, which ends the body.
-func (b *upBody) chunkHeader(br *bufio.Reader) error {
+func (b *Body) chunkHeader(br *bufio.Reader) error {
 	if b.needCRLF {
 		line, err := readLine(br)
 		if err != nil {
 			return err
 		}
 		if len(line) != 0 {
-			return errBrokenChunk
+			return ErrBrokenChunk
 		}
 		b.needCRLF = false
 	}
@@ -150,7 +185,7 @@ func (b *upBody) chunkHeader(br *bufio.Reader) error {
 	}
 	size, ok := parseChunkSize(line)
 	if !ok {
-		return errBrokenChunk
+		return ErrBrokenChunk
 	}
 	if size > 0 {
 		b.left = size
@@ -173,7 +208,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	switch {
 	case err == bufio.ErrBufferFull:
-		return nil, errBrokenChunk // longer than the reader's buffer: not a chunk-size or trailer line
+		return nil, ErrBrokenChunk // longer than the reader's buffer: not a chunk-size or trailer line
 	case err != nil:
 		return nil, err
 	}

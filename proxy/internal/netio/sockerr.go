@@ -1,13 +1,13 @@
 //go:build !windows
 
-package proxy
+package netio
 
 import (
 	"errors"
 	"syscall"
 )
 
-// How the system names a refused connection and a reset one, for transportOf.
+// How the system names a refused connection and a reset one, for FailureOf.
 // sockerr_windows.go has Winsock's names.
 
 // isRefused reports whether err is a connection the target refused.

@@ -1,4 +1,4 @@
-package proxy
+package netio
 
 import (
 	"crypto/tls"
@@ -7,12 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/valyala/fasthttp"
 )
 
 // idleListener accepts connections and holds them open, reading, until the sidecar closes
@@ -45,18 +45,21 @@ func idleListener(t *testing.T) (addr string, ended <-chan net.Addr) {
 // idleConnTimeout although its far side keeps it open, and keeps one that is not.
 func TestJanitorClosesConnectionsIdleTooLong(t *testing.T) {
 	addr, ended := idleListener(t)
-	p := newPool(addr, nil, time.Second)
-	t.Cleanup(p.closeIdle)
-	fresh, _, err := p.get(time.Now(), nil, nil)
+	p := NewPool(addr, nil, time.Second)
+	t.Cleanup(p.CloseIdle)
+	fresh, _, err := p.Get(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, _, err := p.get(time.Now(), nil, nil)
+	old, _, err := p.Get(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.put(fresh, time.Now())
-	p.put(old, time.Now().Add(-idleConnTimeout)) // as if it went idle idleConnTimeout ago
+	p.Put(fresh)
+	p.Put(old)
+	p.mu.Lock()
+	old.idleSince = time.Now().Add(-idleConnTimeout) // as if it went idle idleConnTimeout ago
+	p.mu.Unlock()
 	select {
 	case a := <-ended:
 		if a.String() != old.conn.LocalAddr().String() {
@@ -79,46 +82,43 @@ func TestJanitorClosesConnectionsIdleTooLong(t *testing.T) {
 	}
 }
 
-// Shutdown stops every pool's janitor for good: none is pending afterwards, and a connection
-// put back later (a request the shutdown timeout cut short) is closed, not pooled, so it
-// cannot arm the janitor again.
-func TestJanitorStopsAtShutdown(t *testing.T) {
-	srv, addr := startCannedServer(t)
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
-	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"m","messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	p := srv.targets[0].pool
+// CloseIdle (the server's shutdown) closes the idle connections and stops the janitor for
+// good: none is pending afterwards, and a connection put back later (a request the shutdown
+// timeout cut short) is closed, not pooled, so it cannot arm the janitor again.
+func TestCloseIdleStopsTheJanitorForGood(t *testing.T) {
+	addr, ended := idleListener(t)
+	p := NewPool(addr, nil, time.Second)
 	armed := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.armed
 	}
-	if !armed() {
-		t.Fatal("the pool holds an idle connection and its janitor is not armed")
-	}
-	srv.Shutdown(t.Context())
-	if armed() || p.janitor.Stop() {
-		t.Fatal("the janitor is still armed after Shutdown")
-	}
-	c, _, err := p.get(time.Now(), nil, nil)
+	c, _, err := p.Get(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.put(c, time.Now())
+	p.Put(c)
+	if !armed() {
+		t.Fatal("the pool holds an idle connection and its janitor is not armed")
+	}
+	p.CloseIdle()
+	if armed() || p.janitor.Stop() {
+		t.Fatal("the janitor is still armed after CloseIdle")
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection is still open 5 s after CloseIdle")
+	}
+	if c, _, err = p.Get(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.Put(c)
 	p.mu.Lock()
 	pooled := len(p.idle)
 	p.mu.Unlock()
 	if pooled != 0 || armed() || p.janitor.Stop() {
-		t.Fatalf("a connection put back after Shutdown was pooled (%d idle) or armed the janitor", pooled)
+		t.Fatalf("a connection put back after CloseIdle was pooled (%d idle) or armed the janitor", pooled)
 	}
 }
 
@@ -133,11 +133,39 @@ func (c *countingSessionCache) Put(key string, cs *tls.ClientSessionState) {
 	c.ClientSessionCache.Put(key, cs)
 }
 
+// exchange sends a request on a connection from p, reads its answer whole, and puts the
+// connection back; it returns the answer's status.
+func exchange(t *testing.T, p *Pool, request string) int {
+	t.Helper()
+	c, _, err := p.Get(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	if _, _, err := c.Send([]byte(request), nil, deadline, deadline, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(deadline, nil); err != nil {
+		t.Fatal(err)
+	}
+	var resp fasthttp.Response
+	if _, err := c.ReadHead(&resp); err != nil {
+		t.Fatal(err)
+	}
+	var b Body
+	b.Reset(c, &resp, false)
+	if _, err := readAll(&b); err != io.EOF || !b.Reusable() {
+		t.Fatalf("the answer's body ended with %v, reusable %v", err, b.Reusable())
+	}
+	p.Put(c)
+	return resp.StatusCode()
+}
+
 // A TLS 1.3 server sends its session tickets after the handshake, which the client has left by
 // then: they are read with the first response, which they precede. The connection is then idle
 // with nothing waiting on it and is reused after more than stalePeekAfter, not taken for one
-// the server closed (upConn.spent). A Go server sends tickets only to a client that keeps them,
-// so the target's pool here gets a session cache (the sidecar keeps none).
+// the server closed (Conn.spent). A Go server sends tickets only to a client that keeps them,
+// so the pool here gets a session cache (the sidecar keeps none).
 func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 	var conns atomic.Int64
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,37 +183,21 @@ func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 	defer up.Close()
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=" + up.URL + "/v1"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{RootCAs: roots})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tickets := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(8)}
-	srv.targets[0].pool.tlsConfig.ClientSessionCache = tickets // before Serve: no request reads it yet
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln) // ends with Shutdown
-	defer srv.Shutdown(t.Context())
-	client := &http.Client{Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
+	addr := up.Listener.Addr().String()
+	host, _, _ := net.SplitHostPort(addr)
+	p := NewPool(addr, &tls.Config{ServerName: host, RootCAs: roots, NextProtos: []string{"http/1.1"},
+		ClientSessionCache: tickets}, 5*time.Second)
+	defer p.CloseIdle()
+	body := `{"model":"m","messages":[]}`
+	request := "POST /v1/chat/completions HTTP/1.1\r\nHost: target\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(3 * stalePeekAfter)
 		}
-		resp, err := client.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","messages":[]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Header.Get("X-Failover-Attempts") != "1" {
-			t.Fatalf("request %d: %d in %s attempts", i, resp.StatusCode, resp.Header.Get("X-Failover-Attempts"))
+		if status := exchange(t, p, request); status != 200 {
+			t.Fatalf("request %d: %d", i, status)
 		}
 		if i == 0 && tickets.puts.Load() == 0 {
 			t.Fatal("the target sent no session ticket: the test shows nothing")

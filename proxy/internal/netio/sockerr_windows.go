@@ -1,11 +1,11 @@
-package proxy
+package netio
 
 import (
 	"errors"
 	"syscall"
 )
 
-// How Windows names a refused connection and a reset one, for transportOf. The POSIX names in
+// How Windows names a refused connection and a reset one, for FailureOf. The POSIX names in
 // package syscall are placeholders there that Winsock never returns, and errors.Is does not
 // map one to the other (golang/go#45621): these are Winsock's and the overlapped I/O's own.
 const (

@@ -1,6 +1,6 @@
 //go:build !linux || failover_portable
 
-package proxy
+package netio
 
 import (
 	"net"
@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// A client connection's reads and writes on the portable path (rawsock_portable.go): through
-// the connection itself. A request's first byte is read with whatever else has arrived into a
-// lent buffer, as on Linux, but the read waits holding that buffer; an answer's last write
-// does not wait for the next request (an answer never arms it here: the reads never tell that
-// the client waits for its answers, clientConn.sequential); and the look that tells that the
-// client left (peerClosed) reads what it finds rather than peeking at it.
+// A client connection's reads and writes on the portable path, the slow path of
+// client_linux.go: through the connection itself. A request's first byte is read with
+// whatever else has arrived into a lent buffer, as on Linux, but the read waits holding that
+// buffer; an answer's last write does not wait for the next request (an answer never arms it
+// here: the reads never tell that the client waits for its answers, pace); and the look that
+// tells that the client left (peerClosed) reads what it finds rather than peeking at it.
 
-// clientIO is the portable part of a clientConn.
+// clientIO is the portable part of a ClientConn.
 type clientIO struct {
 	// peeked holds what peerClosed read (a request the client sent early): read after
 	// pending and the read-ahead, before the socket. nil when none.
@@ -24,34 +24,21 @@ type clientIO struct {
 
 // newClientConn wraps an accepted connection. closing (the server's shutdown flag) is for
 // the wait after an answer, which the portable path does not make.
-func newClientConn(tc *net.TCPConn, closing *atomic.Bool) (*clientConn, bool) {
-	return &clientConn{TCPConn: tc}, true
+func newClientConn(tc *net.TCPConn, closing *atomic.Bool) (*ClientConn, bool) {
+	return &ClientConn{TCPConn: tc}, true
 }
 
 // read is Read without the head scan.
-func (c *clientConn) read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		if c.pending = c.pending[n:]; len(c.pending) == 0 {
-			c.pending = nil
-		}
-		return n, nil
-	}
-	if c.ahead == nil && c.peeked != nil {
+func (c *ClientConn) read(p []byte) (int, error) {
+	if len(c.pending) == 0 && c.ahead == nil && c.peeked != nil {
 		// What peerClosed read comes next. A one-byte read would have read it from the
 		// socket, with the request line it begins with.
 		c.ahead, c.peeked = c.peeked, nil
 		if len(p) == 1 {
-			c.lineFamily = requestLineFamily(c.ahead.b[c.ahead.off:c.ahead.end])
+			c.setTarget(c.ahead.b[c.ahead.off:c.ahead.end])
 		}
 	}
-	if a := c.ahead; a != nil {
-		n := copy(p, a.b[a.off:a.end])
-		a.off += n
-		if a.off == a.end {
-			c.ahead = nil
-			readAheads.Put(a)
-		}
+	if n, ok := c.readHeld(p); ok {
 		return n, nil
 	}
 	if len(p) != 1 {
@@ -65,20 +52,13 @@ func (c *clientConn) read(p []byte) (int, error) {
 		readAheads.Put(a)
 		return 0, err
 	}
-	c.lineFamily = requestLineFamily(a.b[:n])
-	p[0] = a.b[0]
-	if n == 1 {
-		readAheads.Put(a)
-	} else {
-		a.off, a.end = 1, n
-		c.ahead = a
-	}
+	c.keepAhead(p, a, n)
 	return 1, nil
 }
 
 // Write writes all of p.
-func (c *clientConn) Write(p []byte) (int, error) {
-	c.wrote = true
+func (c *ClientConn) Write(p []byte) (int, error) {
+	c.signs.set(signAnswered, true)
 	c.answer = nil
 	return c.TCPConn.Write(p)
 }
@@ -88,8 +68,8 @@ func (c *clientConn) Write(p []byte) (int, error) {
 // (rset). Bytes it finds (a request sent before this one's answer) are no close, as for the
 // Linux peek, and are kept for the reads that follow (peeked); once some are kept, it reads no
 // more. Called by the connection's serving goroutine, or by a watch on its behalf while that
-// goroutine waits for the watch (exchange.clientGone).
-func (c *clientConn) peerClosed() bool {
+// goroutine waits for the watch (Stop).
+func (c *ClientConn) peerClosed() bool {
 	if c.peeked != nil {
 		return false
 	}
@@ -103,5 +83,5 @@ func (c *clientConn) peerClosed() bool {
 		return false
 	}
 	readAheads.Put(a)
-	return !isTimeout(err) // the end, a reset, a closed connection: the client is gone
+	return !IsTimeout(err) // the end, a reset, a closed connection: the client is gone
 }

@@ -1,6 +1,6 @@
 //go:build linux && !failover_portable
 
-package proxy
+package netio
 
 import (
 	"bytes"
@@ -11,13 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/llm-failover/failover/classify"
 )
-
-// portableSockets: this build uses the raw socket path (rawsock.go); rawsock_portable_test.go
-// tests the portable one.
-const portableSockets = false
 
 // rawPair returns a rawSocket on one end of a loopback connection, that end, and the peer.
 func rawPair(t *testing.T) (*rawSocket, *net.TCPConn, *net.TCPConn) {
@@ -89,15 +83,15 @@ func TestRawSocketEnds(t *testing.T) {
 	peer.SetLinger(0) // Close sends a reset
 	peer.Close()
 	_, err = s.read(buf)
-	if !errors.Is(err, syscall.ECONNRESET) || transportOf(err) != classify.TransportReset {
+	if !errors.Is(err, syscall.ECONNRESET) || FailureOf(err) != FailureReset {
 		t.Fatalf("read after a reset: %v, want ECONNRESET", err)
 	}
 	_, err = s.write([]byte("after the reset"))
 	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("write after a reset: %v, want EPIPE or ECONNRESET", err)
 	}
-	if transportOf(err) != classify.TransportReset {
-		t.Fatalf("write after a reset classified as %v", transportOf(err))
+	if FailureOf(err) != FailureReset {
+		t.Fatalf("write after a reset named %v", FailureOf(err))
 	}
 }
 
@@ -105,7 +99,7 @@ func TestRawSocketEnds(t *testing.T) {
 func TestRawSocketDeadlines(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	tc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	if _, err := s.read(make([]byte, 16)); !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if _, err := s.read(make([]byte, 16)); !IsTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past the deadline: %v, want a timeout", err)
 	}
 	tc.SetWriteBuffer(16 << 10)
@@ -113,7 +107,7 @@ func TestRawSocketDeadlines(t *testing.T) {
 	tc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	payload := make([]byte, 4<<20)
 	n, err := s.write(payload)
-	if !isTimeout(err) || n >= len(payload) {
+	if !IsTimeout(err) || n >= len(payload) {
 		t.Fatalf("write past the deadline: %d, %v; want a short write and a timeout", n, err)
 	}
 }
@@ -150,10 +144,10 @@ func TestRawSocketAllocs(t *testing.T) {
 	}
 }
 
-// sendAwait writes a request the socket takes whole and waits, in the same call, until the
+// writeThenPark writes a request the socket takes whole and waits, in the same call, until the
 // answer arrives: the read that follows finds it. With nothing coming, the wait ends at the
 // connection's read deadline, the request written all the same.
-func TestRawSocketSendAwait(t *testing.T) {
+func TestRawSocketWriteThenPark(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	const answerAfter = 150 * time.Millisecond
 	go func() {
@@ -165,17 +159,17 @@ func TestRawSocketSendAwait(t *testing.T) {
 		peer.Write([]byte("answer"))
 	}()
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	anchor := time.Now()
-	n, sent, err := s.sendAwait([]byte("request"), anchor)
-	waited := time.Since(anchor)
-	if err != nil || n != len("request") {
-		t.Fatalf("sendAwait: %d, %v; want all of it written", n, err)
+	begun := time.Now()
+	n, sent, err := s.writeThenPark([]byte("request"))
+	waited := time.Since(begun)
+	if err != nil || n != len("request") || !s.woke {
+		t.Fatalf("writeThenPark: %d, %v, woke %v; want all of it written, and the answer seen", n, err, s.woke)
 	}
-	if sent.Before(anchor) || sent.Sub(anchor) > answerAfter/2 {
-		t.Fatalf("sent %v after the anchor, want the moment of the write, before the answer", sent.Sub(anchor))
+	if sent.Before(begun) || sent.Sub(begun) > answerAfter/2 {
+		t.Fatalf("sent %v after the call began, want the moment of the write, before the answer", sent.Sub(begun))
 	}
 	if waited < answerAfter*2/3 {
-		t.Fatalf("sendAwait returned after %v, before the answer (sent %v later)", waited, answerAfter)
+		t.Fatalf("writeThenPark returned after %v, before the answer (sent %v later)", waited, answerAfter)
 	}
 	buf := make([]byte, 64)
 	if n, err := sysRead(rawFD(t, tc), buf); err != 0 || string(buf[:n]) != "answer" {
@@ -184,31 +178,31 @@ func TestRawSocketSendAwait(t *testing.T) {
 
 	// No answer: the wait ends at the read deadline.
 	tc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	begun := time.Now()
-	n, sent, err = s.sendAwait([]byte("request"), begun)
-	if err != nil || n != len("request") || sent.IsZero() {
-		t.Fatalf("sendAwait without an answer: %d, %v, sent %v; want all of it written", n, err, sent)
+	begun = time.Now()
+	n, sent, err = s.writeThenPark([]byte("request"))
+	if err != nil || n != len("request") || sent.IsZero() || s.woke {
+		t.Fatalf("writeThenPark without an answer: %d, %v, sent %v, woke %v; want all of it written", n, err, sent, s.woke)
 	}
 	if d := time.Since(begun); d < 80*time.Millisecond || d > 3*time.Second {
-		t.Fatalf("sendAwait without an answer returned after %v, want about the 100 ms read deadline", d)
+		t.Fatalf("writeThenPark without an answer returned after %v, want about the 100 ms read deadline", d)
 	}
 }
 
 // A request the socket does not take whole (a peer that reads nothing) is not waited for:
-// sendAwait returns at once with what was written, and the rest is the caller's.
-func TestRawSocketSendAwaitPartial(t *testing.T) {
+// writeThenPark returns at once with what was written, and the rest is the caller's.
+func TestRawSocketWriteThenParkPartial(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	tc.SetWriteBuffer(16 << 10)
 	peer.SetReadBuffer(16 << 10)
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	payload := make([]byte, 4<<20)
 	begun := time.Now()
-	n, sent, err := s.sendAwait(payload, begun)
+	n, sent, err := s.writeThenPark(payload)
 	if err != nil || n <= 0 || n >= len(payload) || !sent.IsZero() {
-		t.Fatalf("sendAwait of 4 MiB to a peer that reads nothing: %d, %v, sent %v; want part of it, no wait", n, err, sent)
+		t.Fatalf("writeThenPark of 4 MiB to a peer that reads nothing: %d, %v, sent %v; want part of it, no wait", n, err, sent)
 	}
 	if d := time.Since(begun); d > 2*time.Second {
-		t.Fatalf("sendAwait waited %v for a request the socket did not take whole", d)
+		t.Fatalf("writeThenPark waited %v for a request the socket did not take whole", d)
 	}
 }
 
@@ -224,19 +218,19 @@ func rawFD(t *testing.T, c *net.TCPConn) uintptr {
 	return fd
 }
 
-// awaitInput returns at once when something has arrived already, waits until something
+// parkUntilReadable returns at once when something has arrived already, waits until something
 // arrives otherwise, and ends at the read deadline when nothing does; it reads nothing.
-func TestRawSocketAwaitInput(t *testing.T) {
+func TestRawSocketParkUntilReadable(t *testing.T) {
 	s, tc, peer := rawPair(t)
 	tc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	peer.Write([]byte("early"))
 	time.Sleep(20 * time.Millisecond) // delivered, and any readiness the poller saw is past
-	if err := s.awaitInput(); err != nil {
-		t.Fatalf("awaitInput with data waiting: %v", err)
+	if err := s.parkUntilReadable(); err != nil {
+		t.Fatalf("parkUntilReadable with data waiting: %v", err)
 	}
 	buf := make([]byte, 64)
 	if n, err := s.read(buf); err != nil || string(buf[:n]) != "early" {
-		t.Fatalf("read after awaitInput: %q, %v", buf[:n], err)
+		t.Fatalf("read after parkUntilReadable: %q, %v", buf[:n], err)
 	}
 
 	const later = 100 * time.Millisecond
@@ -245,18 +239,18 @@ func TestRawSocketAwaitInput(t *testing.T) {
 		peer.Write([]byte("later"))
 	}()
 	begun := time.Now()
-	if err := s.awaitInput(); err != nil {
-		t.Fatalf("awaitInput: %v", err)
+	if err := s.parkUntilReadable(); err != nil {
+		t.Fatalf("parkUntilReadable: %v", err)
 	}
 	if d := time.Since(begun); d < later*2/3 {
-		t.Fatalf("awaitInput returned after %v, before anything was sent (%v)", d, later)
+		t.Fatalf("parkUntilReadable returned after %v, before anything was sent (%v)", d, later)
 	}
 	if n, err := s.read(buf); err != nil || string(buf[:n]) != "later" {
-		t.Fatalf("read after awaitInput: %q, %v", buf[:n], err)
+		t.Fatalf("read after parkUntilReadable: %q, %v", buf[:n], err)
 	}
 
 	tc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	if err := s.awaitInput(); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("awaitInput with nothing sent: %v, want the deadline", err)
+	if err := s.parkUntilReadable(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("parkUntilReadable with nothing sent: %v, want the deadline", err)
 	}
 }
