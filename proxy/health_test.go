@@ -40,6 +40,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // run out is probing, not up, until a request shows the target healthy; a cooldown is not up
 // either (README, Health).
 func TestTargetStateFollowsHealth(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=300ms", "FAILOVER_EJECT_MAX=300ms"})...)
@@ -69,6 +70,7 @@ func TestTargetStateFollowsHealth(t *testing.T) {
 // A target that keeps failing fast costs one failed attempt per ejection: the request that
 // probes it is not retried on it, and goes on to the next target (README, Health).
 func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=200ms", "FAILOVER_EJECT_MAX=200ms",
@@ -104,6 +106,7 @@ func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 // an hour), but the background probe sees it answer again within FAILOVER_PROBE_INTERVAL:
 // the next request probes it, and it is back (README, Health).
 func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.Step{Fault: pt.FaultStall})
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_SILENT=1h", "FAILOVER_PROBE_INTERVAL=100ms",
@@ -154,6 +157,7 @@ func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 // believed once: after that live probe times out, live requests probe the target only every
 // FAILOVER_EJECT_SILENT, however often the background probe is answered (README, Health).
 func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
+	t.Parallel()
 	a, err := pt.NewResponder(func(r *pt.Request) pt.Step {
 		if r.Header["X-Failover-Probe"] == "1" {
 			return pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", ""))
@@ -190,8 +194,10 @@ func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
 // A retry never goes to a target that its own failure took out while another target could
 // take the request; when none could, the retry is the request's only chance and stays.
 func TestRetryAfterEjectionGoesElsewhereIfItCan(t *testing.T) {
+	t.Parallel()
 	ejectAtOnce := []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"}
 	t.Run("another target is up: transfer", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
 		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 		s := start(t, env(targets(a.URL, b.URL), ejectAtOnce)...)
@@ -201,6 +207,7 @@ func TestRetryAfterEjectionGoesElsewhereIfItCan(t *testing.T) {
 		}
 	})
 	t.Run("no other target: the retry stays", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
 		s := start(t, env(targets(a.URL), ejectAtOnce)...)
 		s.Post("/chat/completions", chatBody)
