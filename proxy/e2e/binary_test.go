@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -206,33 +208,34 @@ func TestCheckHeadersErrorHidesTheKey(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// listeningRe reads the addresses of the proxy and metrics listeners from the listening
+// record, JSON ("proxy":"127.0.0.1:port") or text (proxy=127.0.0.1:port).
+var listeningRe = regexp.MustCompile(`listening.*\bproxy"?[=:]"?(127\.0\.0\.1:[0-9]+).*\bmetrics"?[=:]"?(127\.0\.0\.1:[0-9]+)`)
 
-// startSidecar starts the binary with env and waits until its metrics listener (maddr, which
-// env must set as FAILOVER_METRICS_LISTEN) answers /healthz. The process is killed when the
-// test ends; its standard error (the log) goes to the returned buffer.
-func startSidecar(t *testing.T, maddr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+// startSidecar starts the binary with env and its listeners on ports the system chooses
+// (127.0.0.1:0), and waits until its metrics listener answers /healthz; it returns their
+// addresses, read from the listening record. (A port found free, and closed for the binary to
+// bind, can be taken meanwhile by any listener on the machine, whose /healthz would then answer
+// for the sidecar.) The process is killed when the test ends; its standard error (the log) goes
+// to the returned buffer.
+func startSidecar(t *testing.T, env ...string) (cmd *exec.Cmd, logs *pt.SyncBuffer, addr, maddr string) {
 	t.Helper()
-	cmd := exec.Command(binary)
-	cmd.Env = env
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	cmd = exec.Command(binary)
+	cmd.Env = slices.Concat(env, []string{"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0"})
+	logs = &pt.SyncBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return cmd, &logs
+		if m := listeningRe.FindStringSubmatch(logs.String()); m != nil {
+			addr, maddr = m[1], m[2]
+			if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
+				resp.Body.Close()
+				return cmd, logs, addr, maddr
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the sidecar did not start:\n%s", logs.String())
@@ -247,9 +250,7 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s")
+	cmd, logs, addr, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s")
 	if _, stderr, code := runBinary(t, []string{"FAILOVER_METRICS_LISTEN=" + maddr}, "healthcheck"); code != 0 {
 		t.Fatalf("healthcheck of a running sidecar: exit %d %s", code, stderr)
 	}
@@ -300,9 +301,7 @@ func TestTextLogFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=text")
+	cmd, logs, addr, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=text")
 	if resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`)); err != nil {
 		t.Fatal(err)
 	} else {
@@ -326,9 +325,7 @@ func TestSecondSignalEndsTheDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=0")
+	cmd, logs, addr, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=0")
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
 	resp, err := sidecar.Client.Do(req)
 	if err != nil {

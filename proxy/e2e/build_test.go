@@ -34,9 +34,7 @@ func TestTheBuildIsNamedEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json")
+	cmd, logs, _, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json")
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

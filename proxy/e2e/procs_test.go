@@ -62,9 +62,7 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 	}
 	t.Run("explicit", func(t *testing.T) {
-		addr, maddr := freePort(t), freePort(t)
-		cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-			"FAILOVER_LOG_FORMAT=json", "GOMAXPROCS=3")
+		cmd, logs, _, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "GOMAXPROCS=3")
 		if got := gaugeOf(t, maddr, "failover_gomaxprocs"); got != 3 {
 			t.Fatalf("failover_gomaxprocs = %v with GOMAXPROCS=3", got)
 		}
@@ -74,9 +72,7 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 	})
 	t.Run("adaptive", func(t *testing.T) {
-		addr, maddr := freePort(t), freePort(t)
-		cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-			"FAILOVER_LOG_FORMAT=json")
+		cmd, logs, addr, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json")
 		if got := gaugeOf(t, maddr, "failover_gomaxprocs"); got != float64(low) {
 			t.Fatalf("failover_gomaxprocs = %v at rest, want %d (half of %d)", got, low, all)
 		}
