@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +32,8 @@ var binary string
 var buildFlags []string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	raiseParallel(16)
 	dir, err := os.MkdirTemp("", "failover-e2e")
 	if err != nil {
 		panic(err)
@@ -45,6 +49,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// raiseParallel raises -test.parallel to n unless the command line set it: the tests marked
+// t.Parallel wait on processes, sockets and timers, not on a processor, and the default
+// (GOMAXPROCS) would run only two at once on a two-core machine.
+func raiseParallel(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
+		p.Value.Set(strconv.Itoa(n))
+	}
 }
 
 // runBinary runs the binary to completion with env and args.
@@ -114,38 +129,46 @@ func TestCheckPrintsTheEffectivePolicy(t *testing.T) {
 }
 
 func TestDrill(t *testing.T) {
-	stdout, stderr, code := runBinary(t, nil, "drill")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
-		"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
-		if !strings.Contains(stdout, row) {
-			t.Errorf("no row %q:\n%s", row, stdout)
+	t.Parallel()
+	t.Run("the default policy", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code := runBinary(t, nil, "drill")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 		}
-	}
-	for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
-		if !strings.Contains(stdout, inv) {
-			t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+		for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
+			"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
+			if !strings.Contains(stdout, row) {
+				t.Errorf("no row %q:\n%s", row, stdout)
+			}
 		}
-	}
-	// Written to a pipe, the table has no colour, and it reads in a 100-column terminal
-	// (README, Quick start).
-	for _, line := range strings.Split(stdout, "\n") {
-		if strings.Contains(line, "\x1b") || utf8.RuneCountInString(line) > 100 {
-			t.Errorf("a line with an escape sequence or wider than 100 columns: %q", line)
+		for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
+			if !strings.Contains(stdout, inv) {
+				t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+			}
 		}
-	}
+		// Written to a pipe, the table has no colour, and it reads in a 100-column terminal
+		// (README, Quick start).
+		for _, line := range strings.Split(stdout, "\n") {
+			if strings.Contains(line, "\x1b") || utf8.RuneCountInString(line) > 100 {
+				t.Errorf("a line with an escape sequence or wider than 100 columns: %q", line)
+			}
+		}
+	})
 	// The effective policy is used: with failover disabled, nothing transfers.
-	stdout, _, code = runBinary(t, []string{"FAILOVER_ENABLED=false"}, "drill")
-	if code != 0 || !strings.Contains(stdout, "primary reset→stop") {
-		t.Errorf("drill with FAILOVER_ENABLED=false: exit %d\n%s", code, stdout)
-	}
+	t.Run("FAILOVER_ENABLED=false", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, code := runBinary(t, []string{"FAILOVER_ENABLED=false"}, "drill")
+		if code != 0 || !strings.Contains(stdout, "primary reset→stop") {
+			t.Errorf("drill with FAILOVER_ENABLED=false: exit %d\n%s", code, stdout)
+		}
+	})
 }
 
 // The drill needs no keys (README, Quick start). With the deployment's env file, whose keys are in files
 // mounted only where the sidecar runs, it still runs; the start itself still needs the files.
 func TestDrillWithKeyFilesNotMounted(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "env", "openai-anthropic.env"))
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +268,7 @@ func startSidecar(t *testing.T, env ...string) (cmd *exec.Cmd, logs *pt.SyncBuff
 }
 
 func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New(pt.SSE(pt.ChatStream(200*time.Millisecond, "one", "two", "three", "four", "five")...))
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +320,7 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 }
 
 func TestTextLogFormat(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New()
 	if err != nil {
 		t.Fatal(err)
@@ -320,6 +345,7 @@ func TestTextLogFormat(t *testing.T) {
 // A second SIGTERM ends the drain at once, even without a shutdown timeout: the stream still
 // running gets the interrupted event and the process exits 0.
 func TestSecondSignalEndsTheDrain(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New(pt.SSE(pt.ChatStream(time.Second, "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")...))
 	if err != nil {
 		t.Fatal(err)

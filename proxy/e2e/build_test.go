@@ -16,6 +16,7 @@ import (
 // The binary says which build it is the same way everywhere: `failover version`, the -check
 // header, the listening record and the failover_build_info gauge.
 func TestTheBuildIsNamedEverywhere(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runBinary(t, nil, "version")
 	m := regexp.MustCompile(`^failover (\S+), revision (\S+), (go\S+)\n$`).FindStringSubmatch(stdout)
 	if code != 0 || m == nil {

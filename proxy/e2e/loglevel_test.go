@@ -12,6 +12,7 @@ import (
 )
 
 func TestDebugLevelLogsEveryAttempt(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		level        string
 		wantAttempts int
@@ -21,6 +22,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run("FAILOVER_LOG_LEVEL="+tc.level, func(t *testing.T) {
+			t.Parallel()
 			a, err := pt.New(pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", "")))
 			if err != nil {
 				t.Fatal(err)

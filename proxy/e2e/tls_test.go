@@ -24,6 +24,7 @@ import (
 // the TLS connection for the next request, streams through it, and a target whose TLS fails
 // is transferred from with class tls.
 func TestHTTPSTargets(t *testing.T) {
+	t.Parallel()
 	stream := pt.ChatStream(5*time.Millisecond, "Hello", " over", " TLS")
 	var streamBytes strings.Builder
 	for _, c := range stream {

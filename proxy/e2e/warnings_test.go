@@ -12,6 +12,7 @@ import (
 // At start each configuration warning is logged once, at warn level, as config_warning with
 // the variable's name; a key's value never appears in it.
 func TestStartLogsEachWarningOnce(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New()
 	if err != nil {
 		t.Fatal(err)
