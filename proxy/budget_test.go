@@ -408,12 +408,16 @@ func TestClientGoneStopsEverything(t *testing.T) {
 		a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 2"))
 		b := upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1"})...)
-		cancelAfter(t, s, 300*time.Millisecond)
-		time.Sleep(2500 * time.Millisecond)
+		// The first attempt is settled (logged) before its backoff starts: the client leaves in it.
+		cancelWhen(t, s, func() bool { return len(s.Records("attempt")) == 1 })
+		// The record is written when the exchange ends: after it, no attempt can start, and one
+		// sent before it has reached its target a moment later.
+		rec := s.WaitLedger(1)[0]
+		time.Sleep(50 * time.Millisecond)
 		if a.Calls() != 1 || b.Calls() != 0 {
 			t.Fatalf("calls a=%d b=%d after the client left during a backoff", a.Calls(), b.Calls())
 		}
-		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
+		if rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
 			t.Errorf("ledger %v", rec)
 		}
 	})
@@ -423,7 +427,7 @@ func TestClientGoneStopsEverything(t *testing.T) {
 		b := upstream(t)
 		// One health failure would eject: a cancelled attempt must not be one.
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=1h"})...)
-		left := cancelAfter(t, s, 300*time.Millisecond)
+		left := cancelWhen(t, s, func() bool { return a.Calls() == 1 }) // the target holds the request
 		select {
 		case at := <-a.PeerClosed():
 			if at.Sub(left) > time.Second {
@@ -432,11 +436,12 @@ func TestClientGoneStopsEverything(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatal("the upstream connection stayed open")
 		}
-		time.Sleep(300 * time.Millisecond)
+		rec := s.WaitLedger(1)[0] // the exchange has ended: no attempt follows
+		time.Sleep(50 * time.Millisecond)
 		if b.Calls() != 0 {
 			t.Fatalf("the second target was called after the client left")
 		}
-		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" {
+		if rec["outcome"] != "cancelled" {
 			t.Errorf("ledger %v", rec)
 		}
 		if !strings.Contains(s.ScrapeMetrics(), `failover_target_up{target="t0"} 1`) || len(s.Records("target_ejected")) != 0 {
@@ -450,10 +455,14 @@ func TestClientGoneStopsEverything(t *testing.T) {
 	})
 }
 
-// cancelAfter sends a request and abandons it after d; it returns when the client left.
-func cancelAfter(t *testing.T, s *sidecar.Sidecar, d time.Duration) time.Time {
+// cancelWhen sends a request and abandons it once ready holds; it returns when the client left.
+func cancelWhen(t *testing.T, s *sidecar.Sidecar, ready func() bool) time.Time {
 	t.Helper()
-	return s.Abandon("/chat/completions", chatBody, func() { time.Sleep(d) })
+	return s.Abandon("/chat/completions", chatBody, func() {
+		if !waitFor(5*time.Second, ready) {
+			t.Error("the request never reached the point where the client leaves")
+		}
+	})
 }
 
 func TestStrategies(t *testing.T) {

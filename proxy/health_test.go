@@ -118,13 +118,14 @@ func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 		t.Fatalf("t0 is %q after timing out", st)
 	}
 	// Still silent: probes go unanswered, the target stays out.
-	time.Sleep(400 * time.Millisecond)
+	silent := func() float64 {
+		return metric(s.ScrapeMetrics(), `failover_background_probes_total{target="t0",result="silent"}`)
+	}
+	if !waitFor(5*time.Second, func() bool { return silent() >= 1 }) {
+		t.Fatalf("%v silent probes counted", silent())
+	}
 	if st, _ := targetState(s, "t0"); st != "ejected" || len(s.Records("target_probe_answered")) != 0 {
 		t.Fatalf("t0 is %q while it does not answer", st)
-	}
-	silent := metric(s.ScrapeMetrics(), `failover_background_probes_total{target="t0",result="silent"}`)
-	if silent < 1 {
-		t.Fatalf("%v silent probes counted", silent)
 	}
 	a.Script(pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", "")))
 	if !waitFor(3*time.Second, func() bool { return len(s.Records("target_probe_answered")) == 1 }) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -302,11 +303,11 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 	t.Run("the sidecar shuts down", func(t *testing.T) {
 		t.Parallel()
 		path, body, cut := resumeStory(false)
-		asked := make(chan struct{}, 1)
+		asked, shutting := make(chan struct{}, 1), make(chan struct{})
 		a, b := upstream(t, cut), upstream(t)
 		b.Respond(func(*pt.Request) pt.Step {
 			asked <- struct{}{}
-			time.Sleep(300 * time.Millisecond) // the shutdown begins meanwhile
+			<-shutting // the refusal comes once the shutdown has begun
 			return pt.AnthropicPrefillRefusal()
 		})
 		s := start(t, env(targets(a.URL, b.URL), resumeEnv("auto"))...)
@@ -316,6 +317,17 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				return
 			}
+			go func() { // the shutdown has begun once the sidecar says it is not ready
+				waitFor(5*time.Second, func() bool {
+					resp, err := http.Get(s.Metrics + "/readyz")
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == 503
+				})
+				close(shutting)
+			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			s.Srv.Shutdown(ctx)
