@@ -565,6 +565,8 @@ func dripUntilCut(addr, first, drip string, limit time.Duration) string {
 }
 
 // dripRequest sends a whole request one byte at a time over about d, then reads the answer.
+// Each byte has its time (a fixed gap after each would add every sleep's overshoot, and on a
+// loaded machine run past the server's read timeout).
 func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -572,12 +574,12 @@ func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(d + 10*time.Second))
-	gap := d / time.Duration(len(req))
+	begin := time.Now()
 	for i := range req {
 		if _, err := c.Write(req[i : i+1]); err != nil {
 			return rawAnswer{err: err}
 		}
-		time.Sleep(gap)
+		time.Sleep(time.Until(begin.Add(d * time.Duration(i+1) / time.Duration(len(req)))))
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
