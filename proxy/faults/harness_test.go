@@ -3,12 +3,9 @@ package faults_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,26 +23,6 @@ var (
 )
 
 func upstream(t testing.TB, script ...pt.Step) *pt.Upstream { return sidecar.Upstream(t, script...) }
-
-// TestMain lets the tests marked t.Parallel run 16 at once unless -parallel is given: they
-// spend their time waiting on loopback sockets and timers, not on a processor, and the default
-// (GOMAXPROCS) would run only two at once on a two-core machine. The soak and
-// TestAnswersNeverCrossRequests count the process's goroutines and descriptors: they run
-// alone, before the parallel tests start.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	raiseParallel(16)
-	os.Exit(m.Run())
-}
-
-// raiseParallel raises -test.parallel to n unless the command line set it.
-func raiseParallel(n int) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
-		p.Value.Set(strconv.Itoa(n))
-	}
-}
 
 // Request bodies per family, as SDKs send them.
 const (
@@ -68,7 +45,9 @@ var timeouts = []string{
 	"FAILOVER_RETRY_AFTER_MAX=5s",
 }
 
-// concurrency is how many rows of a table test run at once.
+// concurrency is how many rows of a table test run at once. The tests marked t.Parallel run
+// at -parallel's default (GOMAXPROCS) at a time: with these short timeouts, sixteen at once
+// made loopback connects miss FAILOVER_CONNECT_TIMEOUT under -race on a busy two-core machine.
 const concurrency = 8
 
 // runConcurrently runs play for each row as a subtest, concurrency at a time.

@@ -283,6 +283,8 @@ func settle(base resources, goroutines, fds int, limit time.Duration) resources 
 	}
 }
 
+// Not parallel: it counts the process's goroutines and open descriptors, so it runs alone,
+// before the parallel tests start.
 func TestSoak(t *testing.T) {
 	d := soakDuration(t)
 	base := quiesce(15 * time.Second) // earlier tests' servers and connections wind down first
