@@ -15,6 +15,7 @@ import (
 // bytes sent as application/json (README, Errors the sidecar makes). The same event
 // well-formed goes back as it is.
 func TestStreamErrorEventThatIsNotJSONIsNotPassedOn(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, data string
 		status     int // the malformed one carries no status the sidecar can read: 502
@@ -24,6 +25,7 @@ func TestStreamErrorEventThatIsNotJSONIsNotPassedOn(t *testing.T) {
 		{"well-formed", `{"id":"x","error":{"message":"The server had an error","type":"server_error"}}`, 500, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, pt.SSE(pt.Events(0, pt.ChatRole, "event: error\ndata: "+tc.data+"\n\n")...))
 			s := start(t, env(targets(up.URL), noRetries)...)
 			r := s.Post("/chat/completions", streamBody)
@@ -49,6 +51,7 @@ func TestStreamErrorEventThatIsNotJSONIsNotPassedOn(t *testing.T) {
 // once, each with its own words: every client gets its own stream, byte for byte, as one
 // answer with a length (not piped).
 func TestWholeStreamsAtOnceEachKeepTheirBytes(t *testing.T) {
+	t.Parallel()
 	stream := func(word string) string {
 		return pt.ChatRole + pt.ChatDelta(word) + pt.ChatDelta(word+" again") + pt.ChatFinish + pt.Done
 	}

@@ -120,6 +120,7 @@ func checkInterrupted(t *testing.T, r sidecar.Response, want string) {
 // committed (the whole body in one read), for a close and a reset, and for a stall the idle
 // timeout ends.
 func TestStreamCutMidEventShowsWholeEventsThenTheError(t *testing.T) {
+	t.Parallel()
 	type family struct {
 		name, path, body string
 		events           []string
@@ -192,6 +193,7 @@ func TestStreamCutMidEventShowsWholeEventsThenTheError(t *testing.T) {
 					}
 					name := fmt.Sprintf("%s/crlf=%v/%s/%s", fam.name, crlf, tr.name, c.name)
 					t.Run(name, func(t *testing.T) {
+						t.Parallel()
 						ev := events[fam.cut]
 						step := tr.step(events)
 						before := strings.Join(events[:fam.cut], "")
@@ -226,6 +228,7 @@ func chunkData(chunks []pt.Chunk) []string {
 // interruption, as before: its start never reaches the client, which reads the whole events
 // and then the error event.
 func TestStreamCleanEndInsideAnEvent(t *testing.T) {
+	t.Parallel()
 	chat := []string{pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatFinish}
 	messages := chunkData(pt.AnthropicStream(0, "Hello"))
 	messagesBody := `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`
@@ -264,6 +267,7 @@ func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			// The last event comes on its own, after commit, and the body then ends properly.
 			chunks := append(pt.Events(0, tc.whole...), pt.Chunk{Data: tc.last, Delay: 50 * time.Millisecond})
 			up := upstream(t, pt.SSE(chunks...))
@@ -291,6 +295,7 @@ func TestStreamCleanEndInsideAnEvent(t *testing.T) {
 // an event larger than a read; one larger than the sidecar holds back) reach the client
 // unchanged, byte for byte, and the stream ends cleanly.
 func TestStreamEventsSplitAcrossReadsArriveUnchanged(t *testing.T) {
+	t.Parallel()
 	mid := strings.Repeat("m", 20<<10)  // held back across several reads
 	huge := strings.Repeat("h", 96<<10) // more than the sidecar holds back: goes out as it comes
 	families := []struct {
@@ -304,6 +309,7 @@ func TestStreamEventsSplitAcrossReadsArriveUnchanged(t *testing.T) {
 	for _, fam := range families {
 		for _, crlf := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/crlf=%v", fam.name, crlf), func(t *testing.T) {
+				t.Parallel()
 				var chunks []pt.Chunk
 				var want strings.Builder
 				for _, ev := range fam.events {
@@ -333,6 +339,7 @@ func TestStreamEventsSplitAcrossReadsArriveUnchanged(t *testing.T) {
 // as it comes, and a cut inside it shows the client its start, closed by the blank line that
 // opens the error event, as every cut did before.
 func TestStreamCutInsideAnEventTooLargeToHold(t *testing.T) {
+	t.Parallel()
 	huge := pt.ChatDelta(strings.Repeat("h", 96<<10))
 	events := []string{pt.ChatRole, pt.ChatDelta("Hello"), huge, pt.ChatFinish, pt.Done}
 	step := pt.SSE(pt.Events(0, events...)...)
@@ -354,12 +361,14 @@ func TestStreamCutInsideAnEventTooLargeToHold(t *testing.T) {
 // The whole stream in one read, its [DONE] without the blank line: the stream is judged before
 // commit, and then ends as it does when the last event comes on its own.
 func TestStreamInOneReadEndingInsideAnEvent(t *testing.T) {
+	t.Parallel()
 	whole := pt.ChatRole + pt.ChatDelta("Hello") + pt.ChatFinish
 	for _, tc := range []struct{ name, last, want string }{
 		{"[DONE] without its blank line", "data: [DONE]\n", whole + "data: [DONE]\n\n"},
 		{"[DONE] cut", "data: [DO", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, pt.SSE(pt.Chunk{Data: whole + tc.last}))
 			s := start(t, targets(up.URL)...)
 			r := s.Post("/chat/completions", streamBody)

@@ -15,6 +15,7 @@ import (
 var busy = pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", ""))
 
 func TestSameTargetRetry(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_BACKOFF_BASE=10ms", "FAILOVER_BACKOFF_MAX=20ms"})...)
@@ -36,6 +37,7 @@ func TestSameTargetRetry(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
+	t.Parallel()
 	// retried sends one request to a target whose first answer is first, with one retry allowed
 	// and no backoff to speak of, and returns how long the sidecar waited before the retry.
 	retried := func(t *testing.T, first pt.Step) time.Duration {
@@ -50,16 +52,19 @@ func TestRetryAfter(t *testing.T) {
 		return reqs[1].Received.Sub(reqs[0].Received)
 	}
 	t.Run("Retry-After: 1 is waited on before the same-target retry", func(t *testing.T) {
+		t.Parallel()
 		if gap := retried(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 1")); gap < 900*time.Millisecond {
 			t.Fatalf("retried after %v, Retry-After asked for 1s", gap)
 		}
 	})
 	t.Run("retry-after-ms is read too", func(t *testing.T) {
+		t.Parallel()
 		if gap := retried(t, pt.JSON(429, "{}", "Retry-After-Ms: 400")); gap < 350*time.Millisecond {
 			t.Fatalf("retried after %v, Retry-After-Ms asked for 400ms", gap)
 		}
 	})
 	t.Run("the first of two lines counts, in whatever case its name is sent", func(t *testing.T) {
+		t.Parallel()
 		// As a lookup by name would find it: the 60 that follows would transfer at once. The
 		// delay makes the upstream write the lines as they are.
 		twice := pt.JSON(429, "{}", "retry-after: 1", "Retry-After: 60", "RETRY-AFTER-MS: junk")
@@ -69,6 +74,7 @@ func TestRetryAfter(t *testing.T) {
 		}
 	})
 	t.Run("Retry-After: 60 transfers at once and the next request skips the target", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(429, pt.OpenAIError("Rate limit", "requests", "rate_limit_exceeded"), "Retry-After: 60"))
 		b := upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=3"})...)
@@ -87,6 +93,7 @@ func TestRetryAfter(t *testing.T) {
 		}
 	})
 	t.Run("each attempt's own Retry-After is read", func(t *testing.T) {
+		t.Parallel()
 		// The first 429 asks for 60 s (transfer and cool down); the second target's 429 asks
 		// for nothing, so the sweep ends there without waiting a minute.
 		a := upstream(t, pt.JSON(429, "{}", "Retry-After: 60"))
@@ -101,6 +108,7 @@ func TestRetryAfter(t *testing.T) {
 }
 
 func TestElapsedBudgetStopsTheSweep(t *testing.T) {
+	t.Parallel()
 	slow := pt.JSON(503, pt.OpenAIError("slow and down", "server_error", ""))
 	slow.Delay = 400 * time.Millisecond
 	a := upstream(t, slow)
@@ -127,6 +135,7 @@ func TestElapsedBudgetStopsTheSweep(t *testing.T) {
 // A retry whose wait FAILOVER_MAX_ELAPSED refuses becomes a transfer; when no candidate is
 // left for it, the budget is what ended the request, and it is reported as such.
 func TestElapsedBudgetRefusingTheLastRetry(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 1"), pt.JSON(200, pt.ChatCompletion("later")))
 	s := start(t, env(targets(up.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_MAX_ELAPSED=500ms"})...)
 	if r := s.Post("/chat/completions", chatBody); r.Status != 503 || up.Calls() != 1 {
@@ -148,6 +157,7 @@ func TestElapsedBudgetRefusingTheLastRetry(t *testing.T) {
 }
 
 func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
+	t.Parallel()
 	// Each wait is certain to exceed what is left of a 1 s budget, so the retry must become a
 	// transfer at once: without the check, the first target is called twice (after a 2 s wait),
 	// or the request sleeps far past the client's deadline.
@@ -163,6 +173,7 @@ func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, tc.first)
 			b := upstream(t)
 			s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1", "FAILOVER_MAX_ELAPSED=1s"}, tc.extra)...)
@@ -184,6 +195,7 @@ func TestBackoffThatWouldOverrunTransfersInstead(t *testing.T) {
 }
 
 func TestQuotaIsNotRetriedAndEjects(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(429, pt.OpenAIError("You exceeded your current quota", "insufficient_quota", "insufficient_quota")))
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=3", "FAILOVER_TARGET_0_API_KEY=sk-a"})...)
@@ -203,6 +215,7 @@ func TestQuotaIsNotRetriedAndEjects(t *testing.T) {
 }
 
 func TestTargetRetriesUsedUp(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_RETRIES=2", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=2ms"})...)
@@ -229,6 +242,7 @@ func TestTargetRetriesUsedUp(t *testing.T) {
 }
 
 func TestEjection(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t, busy)
 	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_EJECT_AFTER=2", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=2h"})...)
@@ -275,6 +289,7 @@ func TestEjection(t *testing.T) {
 }
 
 func TestReadyWhileOneTargetIsUp(t *testing.T) {
+	t.Parallel()
 	revoked := pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key"))
 	a := upstream(t, revoked)
 	b := upstream(t)
@@ -320,6 +335,7 @@ func TestReadyWhileOneTargetIsUp(t *testing.T) {
 }
 
 func TestRetryBudget(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t)
 	// A floor of 1 retry per second over 10 s: 10 transfers, then the budget is spent.
@@ -340,6 +356,7 @@ func TestRetryBudget(t *testing.T) {
 // with every target failing, the requests end exhausted, and a budget they did not touch
 // still admits the transfers of the requests that have somewhere to go.
 func TestExhaustedSweepSpendsNoRetryBudget(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		fail    pt.Step
@@ -354,6 +371,7 @@ func TestExhaustedSweepSpendsNoRetryBudget(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, tc.fail)
 			b := upstream(t)
 			// a serves every model, b only gpt-4o: a gpt-3.5 request has a alone, a gpt-4o one has a
@@ -383,26 +401,33 @@ func TestExhaustedSweepSpendsNoRetryBudget(t *testing.T) {
 }
 
 func TestClientGoneStopsEverything(t *testing.T) {
+	t.Parallel()
 	t.Run("during a backoff", func(t *testing.T) {
+		t.Parallel()
 		// Retry-After makes the wait exactly 2 s (a jittered backoff could draw almost nothing).
 		a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 2"))
 		b := upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SAME_TARGET_RETRIES=1"})...)
-		cancelAfter(t, s, 300*time.Millisecond)
-		time.Sleep(2500 * time.Millisecond)
+		// The first attempt is settled (logged) before its backoff starts: the client leaves in it.
+		cancelWhen(t, s, func() bool { return len(s.Records("attempt")) == 1 })
+		// The record is written when the exchange ends: after it, no attempt can start, and one
+		// sent before it has reached its target a moment later.
+		rec := s.WaitLedger(1)[0]
+		time.Sleep(50 * time.Millisecond)
 		if a.Calls() != 1 || b.Calls() != 0 {
 			t.Fatalf("calls a=%d b=%d after the client left during a backoff", a.Calls(), b.Calls())
 		}
-		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
+		if rec["outcome"] != "cancelled" || rec["status"].(float64) != 499 {
 			t.Errorf("ledger %v", rec)
 		}
 	})
 	t.Run("during a slow non-streaming attempt", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.Step{Fault: pt.FaultStall})
 		b := upstream(t)
 		// One health failure would eject: a cancelled attempt must not be one.
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=1h"})...)
-		left := cancelAfter(t, s, 300*time.Millisecond)
+		left := cancelWhen(t, s, func() bool { return a.Calls() == 1 }) // the target holds the request
 		select {
 		case at := <-a.PeerClosed():
 			if at.Sub(left) > time.Second {
@@ -411,11 +436,12 @@ func TestClientGoneStopsEverything(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatal("the upstream connection stayed open")
 		}
-		time.Sleep(300 * time.Millisecond)
+		rec := s.WaitLedger(1)[0] // the exchange has ended: no attempt follows
+		time.Sleep(50 * time.Millisecond)
 		if b.Calls() != 0 {
 			t.Fatalf("the second target was called after the client left")
 		}
-		if rec := s.WaitLedger(1)[0]; rec["outcome"] != "cancelled" {
+		if rec["outcome"] != "cancelled" {
 			t.Errorf("ledger %v", rec)
 		}
 		if !strings.Contains(s.ScrapeMetrics(), `failover_target_up{target="t0"} 1`) || len(s.Records("target_ejected")) != 0 {
@@ -429,14 +455,20 @@ func TestClientGoneStopsEverything(t *testing.T) {
 	})
 }
 
-// cancelAfter sends a request and abandons it after d; it returns when the client left.
-func cancelAfter(t *testing.T, s *sidecar.Sidecar, d time.Duration) time.Time {
+// cancelWhen sends a request and abandons it once ready holds; it returns when the client left.
+func cancelWhen(t *testing.T, s *sidecar.Sidecar, ready func() bool) time.Time {
 	t.Helper()
-	return s.Abandon("/chat/completions", chatBody, func() { time.Sleep(d) })
+	return s.Abandon("/chat/completions", chatBody, func() {
+		if !waitFor(5*time.Second, ready) {
+			t.Error("the request never reached the point where the client leaves")
+		}
+	})
 }
 
 func TestStrategies(t *testing.T) {
+	t.Parallel()
 	t.Run("round-robin follows the weights", func(t *testing.T) {
+		t.Parallel()
 		a, b := upstream(t), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_0_WEIGHT=3", "FAILOVER_TARGET_1_WEIGHT=1"})...)
 		for range 40 {
@@ -447,6 +479,7 @@ func TestStrategies(t *testing.T) {
 		}
 	})
 	t.Run("sticky keeps a session on its target", func(t *testing.T) {
+		t.Parallel()
 		a, b, c := upstream(t), upstream(t), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_STRATEGY=sticky"})...)
 		seen := map[string]map[string]bool{}
@@ -476,6 +509,7 @@ func TestStrategies(t *testing.T) {
 		}
 	})
 	t.Run("FAILOVER_STICKY_HEADER names the session header", func(t *testing.T) {
+		t.Parallel()
 		a, b, c := upstream(t), upstream(t), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=X-User"})...)
 		used := map[string]bool{}
@@ -496,6 +530,7 @@ func TestStrategies(t *testing.T) {
 		}
 	})
 	t.Run("sticky session moves while its target is ejected", func(t *testing.T) {
+		t.Parallel()
 		a, b := upstream(t), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_TARGET_0_API_KEY=k", "FAILOVER_TARGET_1_API_KEY=k"})...)
 		var session, home string
@@ -511,6 +546,7 @@ func TestStrategies(t *testing.T) {
 		}
 	})
 	t.Run("least-latency prefers the faster target", func(t *testing.T) {
+		t.Parallel()
 		slow := pt.JSON(200, pt.ChatCompletion("slow"))
 		slow.Delay = 150 * time.Millisecond
 		a, b := upstream(t, slow), upstream(t)

@@ -23,6 +23,7 @@ func ledgerSteps(rec map[string]any) string {
 // the request is transferred (README, How it decides: FAILOVER_SAME_TARGET_RETRIES defaults
 // to 1). Failures that a second try cannot heal go to the next target at once.
 func TestDefaultsRetryTransientFailuresOnce(t *testing.T) {
+	t.Parallel()
 	ok := pt.JSON(200, pt.ChatCompletion("from a"))
 	quota := pt.JSON(429, pt.OpenAIError("You exceeded your current quota", "insufficient_quota", "insufficient_quota"))
 	tests := []struct {
@@ -50,6 +51,7 @@ func TestDefaultsRetryTransientFailuresOnce(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			url := pt.RefusedURL()
 			if !tc.refuse {
 				url = upstream(t, tc.script...).URL
@@ -73,6 +75,7 @@ func TestDefaultsRetryTransientFailuresOnce(t *testing.T) {
 // has: a connect, first-byte or attempt timeout transfers at once. It still counts against the
 // target's health, as a timeout (README, Health).
 func TestTimeoutsTransferAtOnce(t *testing.T) {
+	t.Parallel()
 	stall := pt.Step{Fault: pt.FaultStall}
 	tests := []struct {
 		name   string
@@ -96,6 +99,7 @@ func TestTimeoutsTransferAtOnce(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			url, calls := tc.first(t)
 			b := upstream(t, pt.SSE(pt.ChatStream(0, "from ", "b")...))
 			if tc.body == chatBody {
@@ -126,7 +130,9 @@ const (
 // A prompt that does not fit the model's context window goes only to a candidate that sends
 // another model (README, The decision order, rule 5b): a 128k primary, a 1M fallback.
 func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
+	t.Parallel()
 	t.Run("the same model elsewhere is passed over for a bigger one", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(400, contextError))
 		same := upstream(t, pt.JSON(200, pt.ChatCompletion("same model")))
 		samePinned := upstream(t, pt.JSON(200, pt.ChatCompletion("same model, pinned")))
@@ -153,6 +159,7 @@ func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 		}
 	})
 	t.Run("with no bigger model the error goes back unchanged", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(400, promptTooLong))
 		b := upstream(t, pt.JSON(200, `{"type":"message"}`))
 		s := start(t, targets(a.URL, b.URL)...)
@@ -166,6 +173,7 @@ func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 		}
 	})
 	t.Run("a stop rule still wins", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(400, contextError))
 		big := upstream(t, pt.JSON(200, pt.ChatCompletion("from the 1M model")))
 		s := start(t, env(targets(a.URL, big.URL), []string{"FAILOVER_TARGET_1_MODEL=gpt-4.1", "FAILOVER_STOP_RULE_0_PATTERN=context_length_exceeded"})...)
@@ -180,8 +188,10 @@ func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 // the transfer that follows its context-window error: when the bigger model then fails in its
 // own way, the request does not go back to a candidate that sends a model already too small.
 func TestContextWindowModelTooSmallStaysPassedOver(t *testing.T) {
+	t.Parallel()
 	overloaded := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
 	t.Run("the bigger model fails: its own answer goes back", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(400, contextError))
 		big := upstream(t, overloaded)
 		same := upstream(t, pt.JSON(400, contextError))
@@ -195,6 +205,7 @@ func TestContextWindowModelTooSmallStaysPassedOver(t *testing.T) {
 		}
 	})
 	t.Run("every model found too small is passed over", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(400, contextError))
 		mid := upstream(t, pt.JSON(400, contextError))
 		same := upstream(t, pt.JSON(400, contextError))
@@ -213,9 +224,11 @@ func TestContextWindowModelTooSmallStaysPassedOver(t *testing.T) {
 
 // An upstream 101 nobody asked for is a failed attempt, never the client's answer.
 func TestUnaskedFor101IsABadResponse(t *testing.T) {
+	t.Parallel()
 	switched := pt.Step{Status: 101, Header: []string{"Upgrade: websocket", "Connection: Upgrade"}, Fault: pt.FaultStallAfter}
 	switched.FaultBytes = len(switched.Raw())
 	t.Run("the next target answers", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, switched)
 		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 		s := start(t, targets(a.URL, b.URL)...)
@@ -228,6 +241,7 @@ func TestUnaskedFor101IsABadResponse(t *testing.T) {
 		}
 	})
 	t.Run("so is a status HTTP does not have", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.JSON(999, pt.OpenAIError("odd", "server_error", "")))
 		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 		s := start(t, env(targets(a.URL, b.URL), noRetries)...)
@@ -239,6 +253,7 @@ func TestUnaskedFor101IsABadResponse(t *testing.T) {
 		}
 	})
 	t.Run("alone it gives a 502 of the sidecar's", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, switched)
 		s := start(t, targets(a.URL)...)
 		r := s.Post("/chat/completions", chatBody)

@@ -15,6 +15,7 @@ import (
 )
 
 func TestPassthroughIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	body := pt.ChatCompletion("Hello there")
 	up := upstream(t, pt.JSON(200, body, "X-Upstream-Trace: abc", "Openai-Processing-Ms: 12"))
 	s := start(t, targets(up.URL)...)
@@ -41,6 +42,7 @@ func TestPassthroughIsByteIdentical(t *testing.T) {
 }
 
 func TestTransferAndStop(t *testing.T) {
+	t.Parallel()
 	modelNotFound := pt.OpenAIError("The model `gpt-9` does not exist or you do not have access to it.", "invalid_request_error", "model_not_found")
 	badRequest := pt.OpenAIError("Invalid 'messages': empty array.", "invalid_request_error", "invalid_value")
 	tests := []struct {
@@ -92,6 +94,7 @@ func TestTransferAndStop(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			first := upstream(t, tc.first)
 			second := upstream(t, pt.JSON(200, pt.ChatCompletion("second")))
 			url := first.URL
@@ -122,6 +125,7 @@ func TestTransferAndStop(t *testing.T) {
 }
 
 func TestExhaustionReturnsTheLastError(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
 	b := upstream(t, pt.JSON(502, `<html>bad gateway from b</html>`, "X-From: b"))
 	s := start(t, env(targets(a.URL, b.URL), noRetries)...)
@@ -145,6 +149,7 @@ func TestExhaustionReturnsTheLastError(t *testing.T) {
 // The last error, when it is larger than FAILOVER_MAX_RESPONSE_BYTES, goes back piped like a
 // committed stream; broken on the way, it ends as partial, and its ledger entry says committed.
 func TestExhaustionPastTheResponseBufferIsCommitted(t *testing.T) {
+	t.Parallel()
 	big := pt.JSON(503, pt.OpenAIError(strings.Repeat("the server is overloaded ", 200), "server_error", ""))
 	big.Fault, big.FaultBytes = pt.FaultResetAfter, strings.Index(string(big.Raw()), "\r\n\r\n")+4+2048
 	up := upstream(t, big)
@@ -161,6 +166,7 @@ func TestExhaustionPastTheResponseBufferIsCommitted(t *testing.T) {
 }
 
 func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
+	t.Parallel()
 	s := start(t, targets(pt.RefusedURL(), pt.RefusedURL())...)
 	r := s.Post("/chat/completions", chatBody)
 	var doc struct {
@@ -180,6 +186,7 @@ func TestExhaustionWithoutAnswerIsFamilyShaped(t *testing.T) {
 }
 
 func TestExhaustionByTimeoutIs504FamilyShaped(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, path, body string
 		code             func(body []byte) (string, bool) // the error code, and whether the shape is the family's
@@ -202,6 +209,7 @@ func TestExhaustionByTimeoutIs504FamilyShaped(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			first := upstream(t, pt.JSON(503, pt.OpenAIError("first is down", "server_error", "")))
 			last := upstream(t, pt.Step{Fault: pt.FaultStall})
 			s := start(t, env(targets(first.URL, last.URL), noRetries, []string{"FAILOVER_ATTEMPT_TIMEOUT=200ms"})...)
@@ -223,6 +231,7 @@ func TestExhaustionByTimeoutIs504FamilyShaped(t *testing.T) {
 }
 
 func TestUpstreamSeesOneRequestIDAndNumberedAttempts(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		header []string
@@ -233,6 +242,7 @@ func TestUpstreamSeesOneRequestIDAndNumberedAttempts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
 			b := upstream(t)
 			s := start(t, env(targets(a.URL, b.URL), noRetries)...)
@@ -255,6 +265,7 @@ func TestUpstreamSeesOneRequestIDAndNumberedAttempts(t *testing.T) {
 }
 
 func TestMaxAttemptsCountsTransfers(t *testing.T) {
+	t.Parallel()
 	var ups []string
 	var all []*pt.Upstream
 	for range 3 {
@@ -280,7 +291,9 @@ func TestMaxAttemptsCountsTransfers(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
+	t.Parallel()
 	t.Run("the upstream receives the target's key and never the client's", func(t *testing.T) {
+		t.Parallel()
 		up := upstream(t)
 		anth := upstream(t)
 		s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-target-secret",
@@ -308,6 +321,7 @@ func TestCredentials(t *testing.T) {
 		}
 	})
 	t.Run("without a key the client's credentials are forwarded", func(t *testing.T) {
+		t.Parallel()
 		up := upstream(t)
 		s := start(t, targets(up.URL)...)
 		s.Post("/chat/completions", chatBody, "Authorization: Bearer client-own-key", "OpenAI-Organization: org-client")
@@ -316,6 +330,7 @@ func TestCredentials(t *testing.T) {
 		}
 	})
 	t.Run("the inbound token is checked and never forwarded", func(t *testing.T) {
+		t.Parallel()
 		up := upstream(t)
 		s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=local-token"})...)
 		if r := s.Post("/chat/completions", chatBody); r.Status != 401 {
@@ -334,6 +349,7 @@ func TestCredentials(t *testing.T) {
 		}
 	})
 	t.Run("401 with the target's own key ejects and transfers", func(t *testing.T) {
+		t.Parallel()
 		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
 		good := upstream(t)
 		s := start(t, env(targets(bad.URL, good.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-revoked", "FAILOVER_TARGET_1_API_KEY=sk-good"})...)
@@ -349,6 +365,7 @@ func TestCredentials(t *testing.T) {
 		}
 	})
 	t.Run("401 with the client's credentials is the caller's", func(t *testing.T) {
+		t.Parallel()
 		bad := upstream(t, pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "invalid_request_error", "invalid_api_key")))
 		good := upstream(t)
 		s := start(t, targets(bad.URL, good.URL)...)
@@ -359,6 +376,7 @@ func TestCredentials(t *testing.T) {
 }
 
 func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("down", "server_error", "")))
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODEL=claude-sonnet-4"})...)
@@ -392,6 +410,7 @@ func TestModelSubstitutionChangesOnlyTheModel(t *testing.T) {
 // through, or the sidecar's error about its empty or failed answer), the client's
 // X-Failover-Model and the record's served_model name the model it was asked for.
 func TestSubstitutedModelIsReportedOnEveryAnswer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		step       pt.Step
@@ -405,6 +424,7 @@ func TestSubstitutedModelIsReportedOnEveryAnswer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, tc.step)
 			s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_MODEL=claude-sonnet-4"})...)
 			r := s.Post("/chat/completions", tc.body)
@@ -422,6 +442,7 @@ func TestSubstitutedModelIsReportedOnEveryAnswer(t *testing.T) {
 }
 
 func TestLargeBodyIsReplayedIdentical(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, "busy"))
 	b := upstream(t)
 	s := start(t, targets(a.URL, b.URL)...)
@@ -439,6 +460,7 @@ func TestLargeBodyIsReplayedIdentical(t *testing.T) {
 }
 
 func TestMultipartPassesUntouched(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, "busy"))
 	b := upstream(t, pt.JSON(200, `{"text":"hello"}`))
 	s := start(t, targets(a.URL, b.URL)...)
@@ -508,10 +530,12 @@ func TestMultipartIsForwardedByteForByte(t *testing.T) {
 // run out as a 402 (OpenRouter, DeepSeek), and a 403 that blocks one user's flagged input
 // (OpenRouter's moderation) while the target's own key is fine.
 func TestReadmeProviderRules(t *testing.T) {
+	t.Parallel()
 	rules := []string{"FAILOVER_RETRY_ON_STATUSES=402,429,5xx",
 		"FAILOVER_STOP_RULE_0_STATUSES=403", "FAILOVER_STOP_RULE_0_PATTERN=(?i)flagged|moderation",
 		"FAILOVER_TARGET_0_API_KEY=sk-a", "FAILOVER_TARGET_1_API_KEY=sk-b"}
 	t.Run("402: out of credits transfers", func(t *testing.T) {
+		t.Parallel()
 		broke := upstream(t, pt.JSON(402, `{"error":{"code":402,"message":"Insufficient credits"}}`))
 		good := upstream(t)
 		s := start(t, env(targets(broke.URL, good.URL), rules)...)
@@ -520,6 +544,7 @@ func TestReadmeProviderRules(t *testing.T) {
 		}
 	})
 	t.Run("403 for flagged input stops, and ejects nothing", func(t *testing.T) {
+		t.Parallel()
 		mod := upstream(t, pt.JSON(403, `{"error":{"code":403,"message":"Input was flagged by moderation","metadata":{"reasons":["violence"]}}}`), pt.JSON(200, pt.ChatCompletion("fine")))
 		good := upstream(t)
 		s := start(t, env(targets(mod.URL, good.URL), rules)...)

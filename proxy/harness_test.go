@@ -1,6 +1,9 @@
 package proxy_test
 
 import (
+	"flag"
+	"os"
+	"strconv"
 	"testing"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
@@ -21,3 +24,21 @@ var noRetries = []string{"FAILOVER_SAME_TARGET_RETRIES=0"}
 func upstream(t testing.TB, script ...pt.Step) *pt.Upstream { return sidecar.Upstream(t, script...) }
 
 const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
+
+// TestMain lets the tests marked t.Parallel run 16 at once unless -parallel is given: they
+// spend their time waiting on loopback sockets and timers, not on a processor, and the default
+// (GOMAXPROCS) would run only two at once on a two-core machine.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	raiseParallel(16)
+	os.Exit(m.Run())
+}
+
+// raiseParallel raises -test.parallel to n unless the command line set it.
+func raiseParallel(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
+		p.Value.Set(strconv.Itoa(n))
+	}
+}

@@ -40,6 +40,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // run out is probing, not up, until a request shows the target healthy; a cooldown is not up
 // either (README, Health).
 func TestTargetStateFollowsHealth(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=300ms", "FAILOVER_EJECT_MAX=300ms"})...)
@@ -69,6 +70,7 @@ func TestTargetStateFollowsHealth(t *testing.T) {
 // A target that keeps failing fast costs one failed attempt per ejection: the request that
 // probes it is not retried on it, and goes on to the next target (README, Health).
 func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_BASE=200ms", "FAILOVER_EJECT_MAX=200ms",
@@ -104,6 +106,7 @@ func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 // an hour), but the background probe sees it answer again within FAILOVER_PROBE_INTERVAL:
 // the next request probes it, and it is back (README, Health).
 func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.Step{Fault: pt.FaultStall})
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_EJECT_SILENT=1h", "FAILOVER_PROBE_INTERVAL=100ms",
@@ -115,13 +118,14 @@ func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 		t.Fatalf("t0 is %q after timing out", st)
 	}
 	// Still silent: probes go unanswered, the target stays out.
-	time.Sleep(400 * time.Millisecond)
+	silent := func() float64 {
+		return metric(s.ScrapeMetrics(), `failover_background_probes_total{target="t0",result="silent"}`)
+	}
+	if !waitFor(5*time.Second, func() bool { return silent() >= 1 }) {
+		t.Fatalf("%v silent probes counted", silent())
+	}
 	if st, _ := targetState(s, "t0"); st != "ejected" || len(s.Records("target_probe_answered")) != 0 {
 		t.Fatalf("t0 is %q while it does not answer", st)
-	}
-	silent := metric(s.ScrapeMetrics(), `failover_background_probes_total{target="t0",result="silent"}`)
-	if silent < 1 {
-		t.Fatalf("%v silent probes counted", silent)
 	}
 	a.Script(pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", "")))
 	if !waitFor(3*time.Second, func() bool { return len(s.Records("target_probe_answered")) == 1 }) {
@@ -154,6 +158,7 @@ func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 // believed once: after that live probe times out, live requests probe the target only every
 // FAILOVER_EJECT_SILENT, however often the background probe is answered (README, Health).
 func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
+	t.Parallel()
 	a, err := pt.NewResponder(func(r *pt.Request) pt.Step {
 		if r.Header["X-Failover-Probe"] == "1" {
 			return pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", ""))
@@ -190,8 +195,10 @@ func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
 // A retry never goes to a target that its own failure took out while another target could
 // take the request; when none could, the retry is the request's only chance and stays.
 func TestRetryAfterEjectionGoesElsewhereIfItCan(t *testing.T) {
+	t.Parallel()
 	ejectAtOnce := []string{"FAILOVER_EJECT_AFTER=1", "FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"}
 	t.Run("another target is up: transfer", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
 		b := upstream(t, pt.JSON(200, pt.ChatCompletion("from b")))
 		s := start(t, env(targets(a.URL, b.URL), ejectAtOnce)...)
@@ -201,6 +208,7 @@ func TestRetryAfterEjectionGoesElsewhereIfItCan(t *testing.T) {
 		}
 	})
 	t.Run("no other target: the retry stays", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, busy, pt.JSON(200, pt.ChatCompletion("from a")))
 		s := start(t, env(targets(a.URL), ejectAtOnce)...)
 		s.Post("/chat/completions", chatBody)

@@ -37,6 +37,7 @@ func metric(page, series string) float64 {
 }
 
 func TestMetricsMoveWithTraffic(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, busy)
 	b := upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), noRetries)...)
@@ -76,6 +77,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 }
 
 func TestLedgerOneRecordPerRequestAndNoSecrets(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("down: prompt was Say hello", "server_error", "")))
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("the secret answer text")))
 	s := start(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_TARGET_0_API_KEY=sk-upstream-key-0001", "FAILOVER_TARGET_1_API_KEY=sk-upstream-key-0002",
@@ -129,6 +131,7 @@ func TestLedgerOneRecordPerRequestAndNoSecrets(t *testing.T) {
 }
 
 func TestLoadShedding(t *testing.T) {
+	t.Parallel()
 	slow := pt.JSON(200, pt.ChatCompletion("slow"))
 	slow.Delay = 500 * time.Millisecond
 	up := upstream(t, slow)
@@ -169,6 +172,7 @@ func TestLoadShedding(t *testing.T) {
 }
 
 func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
+	t.Parallel()
 	// About 1 s of stream: the checks below run well inside the drain.
 	up := upstream(t, pt.SSE(pt.ChatStream(100*time.Millisecond, "one", "two", "three", "four", "five", "six", "seven", "eight")...))
 	s := start(t, targets(up.URL)...)
@@ -236,6 +240,7 @@ func TestGracefulShutdownLetsAStreamFinish(t *testing.T) {
 // is closed at shutdown like any idle keep-alive connection: the drain does not wait for
 // fasthttp's 5 s grace for connections it was handed.
 func TestShutdownClosesAnIdleConnectionAfterAStream(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, pt.SSE(pt.ChatStream(0, "one", "two")...))
 	s := start(t, targets(up.URL)...)
 	c, err := net.Dial("tcp", s.Addr)
@@ -282,6 +287,7 @@ func shutdownClosesWaiting(t *testing.T, s *sidecar.Sidecar, c net.Conn, br *buf
 
 // /metrics types every family once (# TYPE), as the README's metrics table lists them.
 func TestMetricsPageTypesEveryFamily(t *testing.T) {
+	t.Parallel()
 	s := start(t, targets(upstream(t).URL)...)
 	page := s.ScrapeMetrics()
 	types := map[string]string{}
@@ -308,6 +314,7 @@ func TestMetricsPageTypesEveryFamily(t *testing.T) {
 }
 
 func TestOverheadExcludesUpstreamTime(t *testing.T) {
+	t.Parallel()
 	const upstreamTime = 300 * time.Millisecond
 	slow := pt.JSON(200, pt.ChatCompletion("slow"))
 	slow.Delay = upstreamTime
@@ -341,6 +348,7 @@ func TestOverheadExcludesUpstreamTime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := start(t, tc.targets(t)...)
 			const n = 1
 			for range n {
@@ -401,6 +409,7 @@ func slowReader(t *testing.T, d time.Duration) string {
 }
 
 func TestShutdownTimeoutInterruptsAStream(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, pt.SSE(pt.ChatStream(400*time.Millisecond, "one", "two", "three", "four", "five", "six")...))
 	// One failure would eject: the sidecar cutting the stream must not count as one.
 	s := start(t, env(targets(up.URL), []string{"FAILOVER_EJECT_AFTER=1"})...)
@@ -428,6 +437,7 @@ func TestShutdownTimeoutInterruptsAStream(t *testing.T) {
 // gets 503 shutting_down (the client is still there: it is no cancellation), and the wait the
 // sidecar cut says nothing about the target: no failure, no ejection.
 func TestShutdownTimeoutAnswersWaitingRequests(t *testing.T) {
+	t.Parallel()
 	busyFor3s := pt.JSON(503, pt.OpenAIError("busy", "server_error", ""), "Retry-After: 3")
 	tests := []struct {
 		name     string
@@ -442,6 +452,7 @@ func TestShutdownTimeoutAnswersWaitingRequests(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, busyFor3s)
 			b := upstream(t, tc.second)
 			s := start(t, env(targets(a.URL, b.URL), noRetries, tc.extra)...)
@@ -498,6 +509,7 @@ func readAll(resp *http.Response) (string, error) {
 // sequences: raw, or written as the four characters \x1b after a backslash, which tint turns
 // back into ESC when it quotes a value.
 func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, pt.JSON(200, pt.ChatCompletion("hi")))
 	cfg, err := config.Load(targets(up.URL), true)
 	if err != nil {
@@ -549,6 +561,7 @@ func TestTextLogCarriesNoTerminalEscapes(t *testing.T) {
 // The second answer is the one that waits: by the first request's answer the client has not
 // yet shown that it waits for its answers.
 func TestShutdownClosesAConnectionWaitingAfterAnAnswer(t *testing.T) {
+	t.Parallel()
 	s := start(t, targets(upstream(t).URL)...)
 	c, err := net.Dial("tcp", s.Addr)
 	if err != nil {

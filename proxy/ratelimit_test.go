@@ -48,6 +48,7 @@ func rfc3339In(d time.Duration) string { return time.Now().Add(d).UTC().Format(t
 // spent is skipped, without an attempt, until the reset it gave, then used again (README,
 // Rate limits).
 func TestRateLimitedTargetIsSkippedUntilItsReset(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		header func() []string // made when the subtest runs: Anthropic's resets are wall-clock times
@@ -72,6 +73,7 @@ func TestRateLimitedTargetIsSkippedUntilItsReset(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := upstream(t)
 			a := upstream(t, okWith(tc.header()...), okWith())
 			s, clock := startOnClock(t, targets(a.URL, b.URL)...)
@@ -123,6 +125,7 @@ func TestRateLimitedTargetIsSkippedUntilItsReset(t *testing.T) {
 // Headers that are absent or malformed say nothing: they neither limit the target nor count
 // in the gauge (README, Rate limits).
 func TestRateLimitMalformedHeadersChangeNothing(t *testing.T) {
+	t.Parallel()
 	for _, header := range [][]string{
 		nil,
 		{"x-ratelimit-remaining-requests: -1", "x-ratelimit-remaining-tokens: -1"}, // Azure's "unknown"
@@ -134,6 +137,7 @@ func TestRateLimitMalformedHeadersChangeNothing(t *testing.T) {
 		{"x-ratelimit-limit-requests: 500", "x-ratelimit-reset-requests: 20s"}, // no remaining figure
 	} {
 		t.Run(strings.Join(header, "; "), func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, okWith(header...))
 			b := upstream(t)
 			s, _ := startOnClock(t, targets(a.URL, b.URL)...)
@@ -156,6 +160,7 @@ func TestRateLimitMalformedHeadersChangeNothing(t *testing.T) {
 // When every candidate is rate-limited they are tried anyway, in order: the sidecar never
 // fails closed; the figures of every answer still count.
 func TestRateLimitedEverywhereIsTriedAnyway(t *testing.T) {
+	t.Parallel()
 	spent := okWith("x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 1m")
 	a := upstream(t, spent)
 	s, _ := startOnClock(t, targets(a.URL)...)
@@ -175,6 +180,7 @@ func TestRateLimitedEverywhereIsTriedAnyway(t *testing.T) {
 // A 429 with the figures is a failed attempt as before, and its figures limit the target too,
 // so the next request does not pay for another 429.
 func TestRateLimitFromA429(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.RateLimited("x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 30s"))
 	b := upstream(t)
 	s, _ := startOnClock(t, env(targets(a.URL, b.URL), noRetries)...)
@@ -189,6 +195,7 @@ func TestRateLimitFromA429(t *testing.T) {
 // An answer that shows the quota back ends the limit before its reset. The target is the only
 // candidate, so it is tried anyway while limited, and its next answer shows quota again.
 func TestRateLimitEndsWhenQuotaShowsAgain(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, okWith("x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 1h"),
 		okWith("x-ratelimit-remaining-requests: 120", "x-ratelimit-reset-requests: 1s"))
 	s, _ := startOnClock(t, targets(a.URL)...)
@@ -205,6 +212,7 @@ func TestRateLimitEndsWhenQuotaShowsAgain(t *testing.T) {
 // FAILOVER_RATELIMIT_AWARE=false: no target is skipped for its quota, but the figures are
 // still shown.
 func TestRateLimitAwarenessOff(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, okWith("x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 1m", "x-ratelimit-remaining-tokens: 1234"))
 	b := upstream(t)
 	s, _ := startOnClock(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RATELIMIT_AWARE=false"})...)
@@ -224,9 +232,11 @@ func TestRateLimitAwarenessOff(t *testing.T) {
 
 // FAILOVER_RATELIMIT_FLOOR counts a quota below that fraction of its limit as spent.
 func TestRateLimitFloor(t *testing.T) {
+	t.Parallel()
 	low := okWith("x-ratelimit-limit-tokens: 10000", "x-ratelimit-remaining-tokens: 400", "x-ratelimit-reset-tokens: 30s")
 	for floor, wantSecond := range map[string]string{"0": "t0", "0.05": "t1"} {
 		t.Run("floor "+floor, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, low)
 			b := upstream(t)
 			s, _ := startOnClock(t, env(targets(a.URL, b.URL), []string{"FAILOVER_RATELIMIT_FLOOR=" + floor})...)

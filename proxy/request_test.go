@@ -33,6 +33,7 @@ func rawRequest(t *testing.T, addr, req string) string {
 }
 
 func TestPathMapping(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/api/openai/v1?api-version=2024-10-21")
 	tests := []struct{ path, want string }{
@@ -86,6 +87,7 @@ func TestPathMapping(t *testing.T) {
 // itself to a server reading RFC 3986 queries: a client key that is the target's either way is
 // dropped.
 func TestQueryMergePlusInKeys(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/v1?x+y=1&a%2Bb=1")
 	const base = "/v1/models?x+y=1&a%2Bb=1"
@@ -113,6 +115,7 @@ func TestQueryMergePlusInKeys(t *testing.T) {
 // A target URL's key written in capitals is the same key to a server that reads keys in any
 // case: the client's, in whichever case, is dropped.
 func TestQueryMergeTargetKeyInCapitals(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, "FAILOVER_TARGET_0_URL="+strings.TrimSuffix(up.URL, "/v1")+"/v1?Api-Version=1")
 	for _, query := range []string{"api-version=2", "API-VERSION=2", "Api-Version=2", "api%2dVERSION=2"} {
@@ -129,6 +132,7 @@ func TestQueryMergeTargetKeyInCapitals(t *testing.T) {
 }
 
 func TestHeadersForwarded(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar.local\r\nContent-Type: application/json\r\n" +
@@ -180,10 +184,12 @@ func underscoreNames(h map[string]string) []string {
 // FAILOVER_ALLOW_UNDERSCORE_HEADERS=true forwards them, except those that read with '-' for
 // '_' as a header the sidecar drops or sets itself.
 func TestUnderscoreHeaders(t *testing.T) {
+	t.Parallel()
 	const req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
 		"X_Api_Key: sk-client\r\nApi_Key: sk-client\r\nauthorization_: x\r\nX_Request_Id: spoofed\r\nX_Failover_Attempt: 9\r\n" +
 		"Content_Length: 9\r\nConnection: X-Hop\r\nX_Hop: hop\r\nX_Custom: mine\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n{}"
 	t.Run("dropped by default", func(t *testing.T) {
+		t.Parallel()
 		bad, up := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))), upstream(t)
 		s := start(t, env(targets(bad.URL, up.URL), []string{"FAILOVER_TARGET_1_API_KEY=sk-target"})...)
 		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
@@ -204,6 +210,7 @@ func TestUnderscoreHeaders(t *testing.T) {
 		}
 	})
 	t.Run("FAILOVER_ALLOW_UNDERSCORE_HEADERS=true", func(t *testing.T) {
+		t.Parallel()
 		up := upstream(t)
 		s := start(t, env(targets(up.URL), []string{"FAILOVER_TARGET_0_API_KEY=sk-target", "FAILOVER_ALLOW_UNDERSCORE_HEADERS=true"})...)
 		if st := rawRequest(t, s.Addr, req); !strings.Contains(st, "200") {
@@ -227,6 +234,7 @@ func TestUnderscoreHeaders(t *testing.T) {
 // a plain request in CPU. More than 32 options are refused with 400 before any attempt; a few,
 // over several lines, are still dropped (TestHeadersForwarded).
 func TestConnectionOptionsAreBounded(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	var b strings.Builder
@@ -268,6 +276,7 @@ func TestConnectionOptionsAreBounded(t *testing.T) {
 // "Expect: 100-continue" (answered by the sidecar, which has the whole body before any attempt:
 // the expectation is not forwarded) and a chunked one.
 func TestClientBodyFraming(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	big := `{"model":"gpt-4o","pad":"` + strings.Repeat("a", 2<<20) + `"}`
@@ -312,6 +321,7 @@ func TestClientBodyFraming(t *testing.T) {
 // sent as this one's body (request smuggling). RFC 9112 section 6.3: 400, then close. An
 // empty chunked body is framing, and served.
 func TestTransferEncodingIdentityIsRefused(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	const smuggled = "GET /v1/models?smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -353,6 +363,7 @@ func TestTransferEncodingIdentityIsRefused(t *testing.T) {
 // FAILOVER_INBOUND_TOKEN is never forwarded, in whichever headers and however often the client
 // sends it (an Anthropic SDK given the token as both api_key and auth_token sends it twice).
 func TestInboundTokenNeverForwarded(t *testing.T) {
+	t.Parallel()
 	const tok = "tok-inbound-not-a-key"
 	up := upstream(t)
 	s := start(t, env(targets(up.URL), []string{"FAILOVER_INBOUND_TOKEN=" + tok})...)
@@ -381,6 +392,7 @@ func TestInboundTokenNeverForwarded(t *testing.T) {
 // name them, nor the upstream's own X-Failover-* (only the sidecar's). Past maxConnectionOptions
 // options the lines are read as they are, not collected: the same headers stay behind.
 func TestUpstreamHopByHopAndFailoverHeadersStayBehind(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{10, 40} { // 40: more than the 32 collected (maxConnectionOptions)
 		var line1, line2 []string
 		for i := 1; i <= n; i++ {
@@ -418,6 +430,7 @@ func TestUpstreamHopByHopAndFailoverHeadersStayBehind(t *testing.T) {
 // over the limit) still take the shape of the request's family: an Anthropic SDK on
 // /v1/messages gets its own error shape.
 func TestResetRequestErrorsKeepTheFamilyShape(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_REQUEST_BYTES=100"})...)
 	for name, req := range map[string]string{
@@ -444,6 +457,7 @@ func TestResetRequestErrorsKeepTheFamilyShape(t *testing.T) {
 // A "model" or "stream" key written with escapes is the same key to every JSON parser, so to
 // the sidecar too: the model filter, the substitution and the streaming decision see it.
 func TestEscapedKeys(t *testing.T) {
+	t.Parallel()
 	claude, gpt := upstream(t, pt.JSON(200, `{"from":"claude"}`)), upstream(t, pt.JSON(200, `{"from":"gpt"}`))
 	s := start(t, "FAILOVER_TARGET_0_URL="+claude.URL, "FAILOVER_TARGET_0_MODELS=claude-*",
 		"FAILOVER_TARGET_1_URL="+gpt.URL, "FAILOVER_TARGET_1_MODELS=gpt-4o*", "FAILOVER_TARGET_1_MODEL=gpt-4o-2024")
@@ -464,6 +478,7 @@ func TestEscapedKeys(t *testing.T) {
 // writes every "/" as "\/", and "gpt\u002d4o" is gpt-4o to any JSON parser. The body goes
 // upstream as sent.
 func TestEscapedModelValues(t *testing.T) {
+	t.Parallel()
 	other, router := upstream(t, pt.JSON(200, `{"from":"other"}`)), upstream(t, pt.JSON(200, `{"from":"router"}`))
 	s := start(t, "FAILOVER_TARGET_0_URL="+other.URL, "FAILOVER_TARGET_0_MODELS=claude-*",
 		"FAILOVER_TARGET_1_URL="+router.URL, "FAILOVER_TARGET_1_MODELS=openai/gpt-4o*,gpt-4o")
@@ -483,6 +498,7 @@ func TestEscapedModelValues(t *testing.T) {
 }
 
 func TestModelAndPathFilters(t *testing.T) {
+	t.Parallel()
 	openai := upstream(t, pt.JSON(200, `{"from":"openai"}`))
 	anth := upstream(t, pt.JSON(200, `{"from":"anthropic"}`))
 	s := start(t, "FAILOVER_TARGET_0_URL="+openai.URL, "FAILOVER_TARGET_0_NAME=openai", "FAILOVER_TARGET_0_MODELS=gpt-4o*,o3",
@@ -506,6 +522,7 @@ func TestModelAndPathFilters(t *testing.T) {
 }
 
 func TestSizeLimits(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, env(targets(up.URL), []string{"FAILOVER_MAX_REQUEST_BYTES=1KiB"})...)
 	r := s.Post("/chat/completions", `{"model":"x","pad":"`+strings.Repeat("a", 2048)+`"}`)
@@ -527,6 +544,7 @@ func TestSizeLimits(t *testing.T) {
 // The sidecar's own refusals carry the response headers of every answer: X-Request-Id and
 // X-Failover-Attempts (none made), in the family's error shape.
 func TestRefusalsCarryTheFailoverHeaders(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, path, body, header string
 		wantStatus               int
@@ -564,6 +582,7 @@ func TestRefusalsCarryTheFailoverHeaders(t *testing.T) {
 }
 
 func TestNonProxiedPaths(t *testing.T) {
+	t.Parallel()
 	up := upstream(t)
 	s := start(t, targets(up.URL)...)
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/admin": 404, "/": 404, "/v2/chat": 404} {
@@ -587,6 +606,7 @@ func TestNonProxiedPaths(t *testing.T) {
 }
 
 func TestImageCommitsAtHeaders(t *testing.T) {
+	t.Parallel()
 	// A generated image is never paid for twice: once the image answer's headers arrive it
 	// commits, and a failure in its body is the client's to see, not a reason to generate again.
 	img := pt.JSON(200, `{"created":1,"data":[{"b64_json":"`+strings.Repeat("QUFB", 4096)+`"}]}`)
@@ -616,6 +636,7 @@ func TestImageCommitsAtHeaders(t *testing.T) {
 // policy headers) is read with a larger one: the answer and its headers reach the client, and
 // the next request is served. A block past 64 KiB still fails the attempt.
 func TestLargeUpstreamHeaderBlock(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("p", 3000)
 	big := pt.JSON(200, pt.ChatCompletion("big headers"), "X-Policy-1: "+long, "X-Policy-2: "+long, "X-Policy-3: "+long)
 	up := upstream(t, big, big, pt.JSON(200, pt.ChatCompletion("small headers")),
@@ -638,6 +659,7 @@ func TestLargeUpstreamHeaderBlock(t *testing.T) {
 // A response to HEAD has no body by definition (RFC 9110 section 9.3.2): the upstream's 200 is
 // its answer, not an empty one, so it commits on the first target with its headers.
 func TestHeadPassesThrough(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		header []string // the request's
@@ -649,6 +671,7 @@ func TestHeadPassesThrough(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, tc.step)
 			b := upstream(t, pt.JSON(200, `{"object":"list","data":[]}`, "X-Upstream: b"))
 			s := start(t, targets(a.URL, b.URL)...)
@@ -684,6 +707,7 @@ func TestHeadPassesThrough(t *testing.T) {
 // The provider's own request id (OpenAI's x-request-id, the one its support asks for) reaches
 // the client as X-Upstream-Request-Id, since X-Request-Id is the sidecar's; on a stream too.
 func TestUpstreamRequestIDGoesBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, body string
 		step       pt.Step
@@ -696,6 +720,7 @@ func TestUpstreamRequestIDGoesBack(t *testing.T) {
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := start(t, targets(upstream(t, tc.step).URL)...)
 			r := s.Post("/chat/completions", tc.body, "X-Request-Id: app-42")
 			if r.Status != 200 || r.Header.Get("X-Request-Id") != "app-42" || r.Header.Get("X-Upstream-Request-Id") != "req_8f2a" {

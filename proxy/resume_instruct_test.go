@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,7 @@ func checkInstructRequest(t *testing.T, req pt.Request, clientBody, delivered, i
 // also when the continuation starts by repeating the delivered text's last words or its
 // unfinished last word, which are dropped; the record says what the seam took off.
 func TestResumeByInstruction(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cont []string
@@ -93,6 +95,7 @@ func TestResumeByInstruction(t *testing.T) {
 	} {
 		for _, messages := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/messages=%v", tc.name, messages), func(t *testing.T) {
+				t.Parallel()
 				path, body, cut := resumeStory(messages)
 				a := upstream(t, cut)
 				// The resume target takes no prefill: asked for one, the resume would fail.
@@ -120,6 +123,7 @@ func TestResumeByInstruction(t *testing.T) {
 
 // FAILOVER_RESUME_INSTRUCTION replaces the instruction's wording.
 func TestResumeInstruction(t *testing.T) {
+	t.Parallel()
 	path, body, cut := resumeStory(false)
 	a, b := upstream(t, cut), upstream(t, continuation(false, "me."))
 	s := start(t, env(targets(a.URL, b.URL), resumeEnv("instruct", "FAILOVER_RESUME_INSTRUCTION=Fahre genau dort fort, wo du aufgehört hast."))...)
@@ -132,8 +136,10 @@ func TestResumeInstruction(t *testing.T) {
 // from then on the target and model are asked by instruction first: the prefill is tried once
 // per process, not once per request. Another model is tried with a prefill again.
 func TestResumeAutoLearnsWhoRefusesThePrefill(t *testing.T) {
+	t.Parallel()
 	for _, messages := range []bool{false, true} {
 		t.Run(fmt.Sprintf("messages=%v", messages), func(t *testing.T) {
+			t.Parallel()
 			path, body, cut := resumeStory(messages)
 			model := "gpt-4o-mini"
 			if messages {
@@ -212,6 +218,7 @@ func sorted(a, b string) []string {
 
 // A target marked auto that takes the prefill is asked for one, and nothing is learnt.
 func TestResumeAutoTakesAPrefill(t *testing.T) {
+	t.Parallel()
 	path, body, cut := resumeStory(true)
 	a, b := upstream(t, cut), upstream(t, continuation(true, "me, there was a fox."))
 	s := start(t, env(targets(a.URL, b.URL), resumeEnv("auto"))...)
@@ -231,6 +238,7 @@ func TestResumeAutoTakesAPrefill(t *testing.T) {
 // while the sidecar shuts down. Without it the resume fails as any: the client gets the
 // original interruption's error event, and the refusal is still learnt.
 func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		extra  []string
@@ -242,6 +250,7 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 		{"FAILOVER_MAX_ELAPSED", []string{"FAILOVER_MAX_ELAPSED=300ms"}, 500 * time.Millisecond, "elapsed_limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path, body, cut := resumeStory(false)
 			// Asked again by instruction, it would answer with the continuation.
 			refusal := pt.AnthropicPrefillRefusal()
@@ -266,6 +275,7 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 		})
 	}
 	t.Run("the client left", func(t *testing.T) {
+		t.Parallel()
 		_, body, cut := resumeStory(false)
 		asked, left := make(chan struct{}, 1), make(chan struct{})
 		a, b := upstream(t, cut), upstream(t)
@@ -291,12 +301,13 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 		}
 	})
 	t.Run("the sidecar shuts down", func(t *testing.T) {
+		t.Parallel()
 		path, body, cut := resumeStory(false)
-		asked := make(chan struct{}, 1)
+		asked, shutting := make(chan struct{}, 1), make(chan struct{})
 		a, b := upstream(t, cut), upstream(t)
 		b.Respond(func(*pt.Request) pt.Step {
 			asked <- struct{}{}
-			time.Sleep(300 * time.Millisecond) // the shutdown begins meanwhile
+			<-shutting // the refusal comes once the shutdown has begun
 			return pt.AnthropicPrefillRefusal()
 		})
 		s := start(t, env(targets(a.URL, b.URL), resumeEnv("auto"))...)
@@ -306,6 +317,17 @@ func TestResumeAutoInstructionWithinTheBounds(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				return
 			}
+			go func() { // the shutdown has begun once the sidecar says it is not ready
+				waitFor(5*time.Second, func() bool {
+					resp, err := http.Get(s.Metrics + "/readyz")
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == 503
+				})
+				close(shutting)
+			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			s.Srv.Shutdown(ctx)
@@ -331,6 +353,7 @@ func checkOriginalInterruption(t *testing.T, r sidecar.Response) {
 // A resume that fails in every form, auto's prefill refused and its instruction answered with a
 // 503, leaves the client the original interruption's error event, as any failed resume.
 func TestResumeAutoThatFailsInEveryForm(t *testing.T) {
+	t.Parallel()
 	path, body, cut := resumeStory(false)
 	a := upstream(t, cut)
 	b := upstream(t, pt.AnthropicPrefillRefusal(), pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")))

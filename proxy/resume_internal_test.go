@@ -18,6 +18,7 @@ import (
 // A configuration built in code (the drill's) with a _RESUME value Load would refuse is refused
 // by New too, rather than run without resume.
 func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
+	t.Parallel()
 	c, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://a/v1"}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +35,7 @@ func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
 // events do not go through a transcript. Every exchange the server uses is made by its pool's
 // New, so the test sees them all.
 func TestResumeMaxZeroCopiesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		env    []string
@@ -44,6 +46,7 @@ func TestResumeMaxZeroCopiesNothing(t *testing.T) {
 		{"FAILOVER_RESUME=off", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up, err := pt.New(pt.SSE(pt.ChatStream(20*time.Millisecond, "Hello", " world")...)) // piped after commit
 			if err != nil {
 				t.Fatal(err)

@@ -150,6 +150,7 @@ func cutAt(events []string, fault pt.Fault, marker string, extra int) pt.Step {
 // clean end; the continuation was asked for with the delivered text as the final assistant
 // message.
 func TestResumeContinuesACutStream(t *testing.T) {
+	t.Parallel()
 	story := chatWords("a", true, "Once upon a ti", "me, ünïcode", " and more")
 	msgStory := messagesWords("a", true, "Once upon a ti", "me, ünïcode", " and more")
 	closedBlock := append(messagesWords("a", false, "Once upon a time."), msgStory[len(msgStory)-3]) // its content_block_stop
@@ -196,6 +197,7 @@ func TestResumeContinuesACutStream(t *testing.T) {
 			"Once upon a time.", []string{" The end."}, "Once upon a time. The end."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path, body := "/chat/completions", streamBody
 			second := pt.SSE(pt.Events(0, chatWords("b", true, tc.cont...)...)...)
 			if tc.messages {
@@ -300,8 +302,10 @@ func checkContinuationRequest(t *testing.T, up *pt.Upstream, clientBody, deliver
 // Each chat form (_RESUME) asks for the continuation in its own way, and the target's _MODEL
 // substitution applies to it as to any attempt.
 func TestResumeChatForms(t *testing.T) {
+	t.Parallel()
 	for _, form := range []string{"prefill", "prefix", "continue"} {
 		t.Run(form, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, cutAt(chatWords("a", true, "Hello wor", "ld"), pt.FaultCloseAfter, `"content":"ld`, 0))
 			b := upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "ld")...)...))
 			s := start(t, env(targets(a.URL, b.URL), resumeEnv(form, "FAILOVER_TARGET_1_MODEL=deepseek-chat"))...)
@@ -319,6 +323,7 @@ func TestResumeChatForms(t *testing.T) {
 // stream_interrupted), and an aborted body. Nothing of the resume attempt reaches it: not a
 // 400 for the prefill, not an error event, not opening events. The ledger lists the attempt.
 func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
+	t.Parallel()
 	delivered := chatWords("a", false, "Once upon a ti")
 	cut := pt.SSE(pt.Events(0, delivered...)...)
 	cut.Fault = pt.FaultTruncate
@@ -358,6 +363,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 			pt.JSON(400, pt.OpenAIError("assistant prefill is not supported", "invalid_request_error", "invalid_value")), nil, "The server had an error", "client_error", "not_retryable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path, body, sent := "/chat/completions", streamBody, strings.Join(delivered, "")
 			if tc.messages {
 				path, body, sent = "/messages", messagesStreamBody, strings.Join(msgDelivered, "")
@@ -404,6 +410,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 // effect, even from a target that has failed before (README, Resume a cut stream). A 503 from
 // the same target would count: one more failure ejects it.
 func TestResumeRefusedPrefillHasNoHealthEffect(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		resume  pt.Step
@@ -414,6 +421,7 @@ func TestResumeRefusedPrefillHasNoHealthEffect(t *testing.T) {
 		{"503", pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
 			cut.Fault = pt.FaultTruncate
 			a, b := upstream(t, cut), upstream(t, tc.resume)
@@ -433,6 +441,7 @@ func TestResumeRefusedPrefillHasNoHealthEffect(t *testing.T) {
 // Streams that are never resumed end as without resume (the whole events, the error event, an
 // aborted body); the resume target is never asked, and the sidecar says why.
 func TestResumeNever(t *testing.T) {
+	t.Parallel()
 	toolCall := `data: {"id":"chatcmpl-a","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"ci"}}]},"finish_reason":null}]}` + "\n\n"
 	n2 := strings.Replace(pt.ChatDelta("second choice"), `"index":0`, `"index":1`, 1)
 	truncated := func(events ...string) pt.Step {
@@ -472,6 +481,7 @@ func TestResumeNever(t *testing.T) {
 		{"after an event larger than 64 KiB", truncated(append(text, chatFrom("a", pt.ChatDelta(strings.Repeat("x", 70<<10)))...)...), streamBody, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a, b := upstream(t, tc.first), upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "me.")...)...))
 			s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill", tc.extra...))...)
 			r := s.Post("/chat/completions", tc.body)
@@ -504,6 +514,7 @@ func TestResumeNever(t *testing.T) {
 // that is the one the continuation's assistant message is appended to, and the one whose last
 // message says whether the client asked for a prefill of its own.
 func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Once"}],` +
 		`"messages":[{"role":"user","content":"Say hello"}]}`
 	a := upstream(t, cutAt(chatWords("a", true, "Hello wor", "ld"), pt.FaultCloseAfter, `"content":"ld`, 0))
@@ -522,6 +533,7 @@ func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
 // A stream cut while the sidecar drains for its shutdown is not resumed: a new generation
 // would be cut by the shutdown timeout in turn (README, Resume a cut stream).
 func TestResumeNeverWhileShuttingDown(t *testing.T) {
+	t.Parallel()
 	first := pt.SSE(append(pt.Events(0, chatWords("a", false, "Once upon a ti")...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...)
 	first.Fault = pt.FaultTruncate
 	a, b := upstream(t, first), upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "me.")...)...))
@@ -541,6 +553,7 @@ func TestResumeNeverWhileShuttingDown(t *testing.T) {
 }
 
 func TestResumeMax(t *testing.T) {
+	t.Parallel()
 	cut := func(who string, words ...string) pt.Step {
 		s := pt.SSE(pt.Events(0, chatWords(who, false, words...)...)...)
 		s.Fault = pt.FaultTruncate
@@ -555,6 +568,7 @@ func TestResumeMax(t *testing.T) {
 		{"2", "One two three.", true},
 	} {
 		t.Run("FAILOVER_RESUME_MAX="+tc.max, func(t *testing.T) {
+			t.Parallel()
 			a, b, c := upstream(t, cut("a", "One ")), upstream(t, cut("b", "two ")), upstream(t, pt.SSE(pt.Events(0, chatWords("c", true, "three.")...)...))
 			s := start(t, env(targets(a.URL, b.URL, c.URL), resumeEnv("prefill", "FAILOVER_TARGET_2_RESUME=prefill", "FAILOVER_RESUME_MAX="+tc.max))...)
 			r := s.Post("/chat/completions", streamBody)
@@ -587,6 +601,7 @@ func TestResumeMax(t *testing.T) {
 // The continuation's events go through the same whole-event forwarding as any stream: an
 // event split across reads reaches the client rewritten and whole.
 func TestResumeContinuationInPieces(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, cutAt(chatWords("a", true, "Hello wor", "ld"), pt.FaultCloseAfter, `"content":"ld`, 0))
 	cont := strings.Join(chatWords("b", true, "ld", " and", " more"), "")
 	var chunks []pt.Chunk
@@ -604,6 +619,7 @@ func TestResumeContinuationInPieces(t *testing.T) {
 
 // Without FAILOVER_RESUME=on nothing is resumed, whatever the targets say.
 func TestResumeOffByDefault(t *testing.T) {
+	t.Parallel()
 	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
 	cut.Fault = pt.FaultTruncate
 	a, b := upstream(t, cut), upstream(t)
@@ -623,6 +639,7 @@ var _ = sidecar.Env
 // cannot be rewritten into the client's stream: the stream ends there as interrupted, after the
 // continuation's text so far, and nothing of that event reaches the client.
 func TestResumeContinuationEventTooLargeToSplice(t *testing.T) {
+	t.Parallel()
 	cut := pt.SSE(pt.Events(0, chatWords("a", false, "One ")...)...)
 	cut.Fault = pt.FaultTruncate
 	big := strings.Repeat("x", 70<<10)
@@ -644,6 +661,7 @@ func TestResumeContinuationEventTooLargeToSplice(t *testing.T) {
 // other request probes it meanwhile. Tried without taking the probe, its failure would change
 // nothing, and the target would stay open to the next request.
 func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
+	t.Parallel()
 	overloaded := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", ""))
 	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
 	cut.Fault = pt.FaultTruncate
@@ -677,6 +695,7 @@ func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
 // after the client left and before the sidecar looked, neither counts against the target nor
 // is a failed resume.
 func TestResumeAttemptWhoseClientLeftHasNoHealthEffect(t *testing.T) {
+	t.Parallel()
 	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
 	cut.Fault = pt.FaultTruncate
 	asked, left := make(chan struct{}, 1), make(chan struct{})
@@ -737,6 +756,7 @@ func checkResumeCancelled(t *testing.T, s *sidecar.Sidecar, outcome string) {
 // (neither the sidecar's message nor the upstream's own error event); the attempt is
 // cancelled and says nothing of the resume target.
 func TestResumeAttemptCutByTheShutdown(t *testing.T) {
+	t.Parallel()
 	delivered := chatWords("a", false, "Once upon a ti")
 	cut := pt.SSE(pt.Events(0, delivered...)...)
 	cut.Fault = pt.FaultTruncate
@@ -750,6 +770,7 @@ func TestResumeAttemptCutByTheShutdown(t *testing.T) {
 		{"after the upstream's error event", upstreamError, "The server had an error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			asked := make(chan struct{}, 1)
 			a, b := upstream(t, tc.first), upstream(t)
 			b.Respond(func(*pt.Request) pt.Step {
@@ -785,6 +806,7 @@ func TestResumeAttemptCutByTheShutdown(t *testing.T) {
 // With resume on, a stream whose [DONE] lacks its blank line ends cleanly (README, Streams), its
 // last event read through the transcript like any other: nothing is resumed.
 func TestResumeNotForAStreamEndingWithoutItsBlankLine(t *testing.T) {
+	t.Parallel()
 	events := chatWords("a", false, "Once upon a time.")
 	events = append(events, pt.ChatFinish)
 	chunks := append(pt.Events(0, events...), pt.Chunk{Data: "data: [DONE]\n", Delay: 50 * time.Millisecond})

@@ -15,9 +15,11 @@ var revokedKey = pt.JSON(401, pt.OpenAIError("Incorrect API key provided", "inva
 // or goes to the next fastest (least-latency), instead of all landing on whichever target is
 // declared after it.
 func TestStrategiesAroundEjectedTargets(t *testing.T) {
+	t.Parallel()
 	keys := []string{"FAILOVER_TARGET_0_API_KEY=k", "FAILOVER_TARGET_1_API_KEY=k", "FAILOVER_TARGET_2_API_KEY=k",
 		"FAILOVER_EJECT_BASE=1h", "FAILOVER_EJECT_MAX=1h"}
 	t.Run("round-robin spreads an ejected target's share by the weights", func(t *testing.T) {
+		t.Parallel()
 		a, b, c := upstream(t), upstream(t), upstream(t, revokedKey)
 		s := start(t, env(targets(a.URL, b.URL, c.URL), keys, []string{"FAILOVER_STRATEGY=round-robin"})...)
 		for range 3 { // the third request picks t2 first, which ejects itself
@@ -37,6 +39,7 @@ func TestStrategiesAroundEjectedTargets(t *testing.T) {
 		}
 	})
 	t.Run("least-latency picks the fastest target it may use", func(t *testing.T) {
+		t.Parallel()
 		slow := pt.JSON(200, pt.ChatCompletion("slow"))
 		slow.Delay = 120 * time.Millisecond
 		medium := pt.JSON(200, pt.ChatCompletion("medium"))
@@ -66,6 +69,7 @@ func TestStrategiesAroundEjectedTargets(t *testing.T) {
 // byte; as a sample it would make a failing target the favourite, and every request would try
 // it first and transfer.
 func TestLeastLatencyDoesNotFavourAFastError(t *testing.T) {
+	t.Parallel()
 	answering := func(step pt.Step) func(t *testing.T) string {
 		return func(t *testing.T) string { return upstream(t, step).URL }
 	}
@@ -79,6 +83,7 @@ func TestLeastLatencyDoesNotFavourAFastError(t *testing.T) {
 		{"404 model not found", answering(pt.JSON(404, pt.OpenAIError("The model `gpt-4o-mini` does not exist", "invalid_request_error", "model_not_found")))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ok := pt.JSON(200, pt.ChatCompletion("answered"))
 			ok.Delay = 30 * time.Millisecond
 			a := upstream(t, ok)
@@ -105,6 +110,7 @@ func TestLeastLatencyDoesNotFavourAFastError(t *testing.T) {
 // requests for another. An application that calls a small model, then a large one, for every
 // turn must still see the large model's traffic split by the weights of the targets serving it.
 func TestRoundRobinPerCandidateSet(t *testing.T) {
+	t.Parallel()
 	a, b := upstream(t), upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_1_MODELS=gpt-4o"})...)
 	large := map[string]int{}
@@ -122,6 +128,7 @@ func TestRoundRobinPerCandidateSet(t *testing.T) {
 // TestOneProbeWhenAnEjectionEnds: when a target's ejection ends, one request probes it and
 // the requests that arrive while the probe runs go around it; the probe's success restores it.
 func TestOneProbeWhenAnEjectionEnds(t *testing.T) {
+	t.Parallel()
 	a, b := upstream(t, revokedKey), upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_0_API_KEY=k", "FAILOVER_EJECT_BASE=200ms", "FAILOVER_EJECT_MAX=1s"})...)
 	if r := s.Post("/chat/completions", chatBody); r.Header.Get("X-Failover-Target") != "t1" || len(s.Records("target_ejected")) != 1 {
@@ -153,6 +160,7 @@ func TestOneProbeWhenAnEjectionEnds(t *testing.T) {
 // TestMaxAttemptsIgnoresRetriesAndSkippedTargets: an ejected target skipped and a retry on the
 // same target are no transfers; the budget stops the sweep with the last attempt's answer.
 func TestMaxAttemptsIgnoresRetriesAndSkippedTargets(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, revokedKey)
 	b := upstream(t, pt.JSON(200, pt.ChatCompletion("b")), pt.JSON(503, pt.OpenAIError("b is down", "server_error", "")))
 	c := upstream(t, pt.JSON(502, pt.OpenAIError("c is down", "server_error", "")))

@@ -84,6 +84,7 @@ func playSilent(t *testing.T, stream bool, script []pt.Step, want string, extra 
 // transfers at once, and the client waits the silence once, not twice (README, The decision
 // order, rule 5).
 func TestSilentCloseTransfersAtOnce(t *testing.T) {
+	t.Parallel()
 	const silence = 3 * time.Second
 	together(t, silentCases(silence), func(c silentCase) string { return c.name }, func(t *testing.T, tc silentCase) {
 		sweep, took, first, second := playSilent(t, tc.stream, []pt.Step{{Delay: tc.silence, Fault: tc.fault}}, "t1")
@@ -100,6 +101,7 @@ func TestSilentCloseTransfersAtOnce(t *testing.T) {
 // that comes sooner than the threshold keeps its meaning, a transient reset: retried once by
 // default, also after a silence that is short of the 1 s.
 func TestSilentCloseThreshold(t *testing.T) {
+	t.Parallel()
 	const short = 400 * time.Millisecond
 	type tc struct {
 		silentCase

@@ -9,6 +9,7 @@ import (
 // sidecars with the same targets send every session to the same target, so the prompt cache
 // the session built stays where it is (README, Configuration reference, Policy: FAILOVER_STRATEGY).
 func TestStickySurvivesARestart(t *testing.T) {
+	t.Parallel()
 	a, b, c := upstream(t), upstream(t), upstream(t)
 	cfg := env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_STRATEGY=sticky"})
 	first, second := start(t, cfg...), start(t, cfg...)

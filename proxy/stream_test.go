@@ -32,6 +32,7 @@ func joined(chunks []pt.Chunk) string {
 }
 
 func TestStreamSuccessIsByteIdentical(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, path, body string
 		chunks           []pt.Chunk
@@ -41,6 +42,7 @@ func TestStreamSuccessIsByteIdentical(t *testing.T) {
 		{"responses", "/responses", `{"model":"gpt-4o","stream":true,"input":"hi"}`, pt.ResponsesStream(0, "Hel", "lo")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, pt.SSE(tc.chunks...))
 			s := start(t, targets(up.URL)...)
 			r := s.Post(tc.path, tc.body)
@@ -59,6 +61,7 @@ func TestStreamSuccessIsByteIdentical(t *testing.T) {
 }
 
 func TestStreamBeforeCommit(t *testing.T) {
+	t.Parallel()
 	second := pt.ChatStream(0, "from ", "second")
 	tests := []struct {
 		name  string
@@ -86,6 +89,7 @@ func TestStreamBeforeCommit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, tc.first)
 			b := upstream(t, pt.SSE(second...))
 			s := start(t, env(targets(a.URL, b.URL), noRetries, tc.extra)...)
@@ -114,6 +118,7 @@ func TestStreamBeforeCommit(t *testing.T) {
 // Accept: text/event-stream makes a request streaming whatever its body says, in any case (media
 // types are case-insensitive).
 func TestStreamingByAcceptHeader(t *testing.T) {
+	t.Parallel()
 	up := upstream(t, pt.SSE(pt.ChatStream(0, "hi")...), pt.SSE(pt.ChatStream(0, "hi")...), pt.JSON(200, pt.ChatCompletion("hi")))
 	s := start(t, targets(up.URL)...)
 	for i, accept := range []string{"text/event-stream", "Text/Event-Stream", "application/json"} {
@@ -128,6 +133,7 @@ func TestStreamingByAcceptHeader(t *testing.T) {
 // An upstream's Content-Type: Text/Event-Stream is a stream too (media types are
 // case-insensitive): it is gated, and commits on its content, rather than held whole.
 func TestStreamContentTypeInAnyCase(t *testing.T) {
+	t.Parallel()
 	step := pt.SSE(pt.ChatStream(0, "hi")...)
 	step.Header = []string{"Content-Type: Text/Event-Stream"}
 	up := upstream(t, step)
@@ -143,6 +149,7 @@ func TestStreamContentTypeInAnyCase(t *testing.T) {
 // When a success rule matches the stream of every candidate, the last one is still the answer:
 // it is committed and piped like any stream, and the ledger says so.
 func TestStreamSuccessRuleOnEveryCandidate(t *testing.T) {
+	t.Parallel()
 	filtered := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("I cannot help with that [filtered]"), pt.Done)...)
 	a, b := upstream(t, filtered), upstream(t, filtered)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_SUCCESS_RULE_0_PATTERN=\\[filtered\\]"})...)
@@ -164,6 +171,7 @@ func TestStreamSuccessRuleOnEveryCandidate(t *testing.T) {
 }
 
 func TestStreamStopRuleOnAnInStreamError(t *testing.T) {
+	t.Parallel()
 	over := pt.AnthropicStreamError("overloaded_error", "Overloaded")
 	a := upstream(t, pt.SSE(pt.Events(0, pt.AnthropicStream(0)[0].Data, over)...))
 	b := upstream(t, pt.SSE(pt.AnthropicStream(0, "hi")...))
@@ -178,6 +186,7 @@ func TestStreamStopRuleOnAnInStreamError(t *testing.T) {
 }
 
 func TestStreamPeekLimitCommits(t *testing.T) {
+	t.Parallel()
 	// Opening events only, more than the peek limit: the stream commits (no unbounded
 	// buffering), so the error that follows is after commit and reaches the client: the
 	// upstream's own error event, no second one, and an aborted body. The same whether the
@@ -193,6 +202,7 @@ func TestStreamPeekLimitCommits(t *testing.T) {
 		"all in one read":    pt.SSE(pt.Chunk{Data: all}),
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, step)
 			b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
 			s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_PEEK_BYTES=1KiB"})...)
@@ -214,6 +224,7 @@ func TestStreamPeekLimitCommits(t *testing.T) {
 }
 
 func TestStreamAfterCommit(t *testing.T) {
+	t.Parallel()
 	content := []string{pt.ChatRole, pt.ChatDelta("Hello"), pt.ChatDelta(" world")}
 	tests := []struct {
 		name  string
@@ -236,6 +247,7 @@ func TestStreamAfterCommit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, tc.step)
 			b := upstream(t, pt.SSE(pt.ChatStream(0, "second")...))
 			s := start(t, env(targets(a.URL, b.URL), tc.extra)...)
@@ -265,6 +277,7 @@ func TestStreamAfterCommit(t *testing.T) {
 }
 
 func TestStreamInterruptedEventShapes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, path, body string
 		chunks           []pt.Chunk
@@ -276,6 +289,7 @@ func TestStreamInterruptedEventShapes(t *testing.T) {
 			"event: error\ndata: {\"type\":\"error\",\"code\":\"stream_interrupted\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			step := pt.SSE(tc.chunks...)
 			step.Fault = pt.FaultTruncate
 			up := upstream(t, step)
@@ -289,6 +303,7 @@ func TestStreamInterruptedEventShapes(t *testing.T) {
 }
 
 func TestStreamClientDisconnectClosesUpstream(t *testing.T) {
+	t.Parallel()
 	var chunks []pt.Chunk
 	chunks = append(chunks, pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("first")})
 	for range 50 {
@@ -324,6 +339,7 @@ func TestStreamClientDisconnectClosesUpstream(t *testing.T) {
 }
 
 func TestStreamEventsArriveAsProduced(t *testing.T) {
+	t.Parallel()
 	const gap = 300 * time.Millisecond
 	up := upstream(t, pt.SSE(pt.ChatStream(gap, "one", "two", "three")...))
 	s := start(t, targets(up.URL)...)
@@ -358,6 +374,7 @@ func TestStreamEventsArriveAsProduced(t *testing.T) {
 }
 
 func TestStreamThatArrivesWholeIsSentInOneBody(t *testing.T) {
+	t.Parallel()
 	body := joined(pt.ChatStream(0, "all", " at", " once"))
 	up := upstream(t, pt.Step{Status: 200, Header: []string{"Content-Type: text/event-stream"}, Body: body})
 	s := start(t, targets(up.URL)...)
@@ -388,6 +405,7 @@ func TestStreamThatArrivesWholeIsSentInOneBody(t *testing.T) {
 }
 
 func TestStreamLastAttemptFailingBeforeContentAnswersAnError(t *testing.T) {
+	t.Parallel()
 	const messagesBody = `{"model":"claude","stream":true,"max_tokens":5,"messages":[]}`
 	messagesOpening := pt.AnthropicStream(0)[:3] // message_start, content_block_start, ping: no content
 	tests := []struct {
@@ -412,6 +430,7 @@ func TestStreamLastAttemptFailingBeforeContentAnswersAnError(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, tc.step)
 			s := start(t, env(targets(up.URL), noRetries)...)
 			r := s.Post(tc.path, tc.body)
@@ -449,6 +468,7 @@ func TestStreamLastAttemptFailingBeforeContentAnswersAnError(t *testing.T) {
 }
 
 func TestMaxElapsedNeverCutsACommittedStream(t *testing.T) {
+	t.Parallel()
 	// About 1 s of content against a 300 ms budget: the budget is only checked before an
 	// attempt starts, so the committed stream runs to its terminal event.
 	words := make([]string, 8)
@@ -483,6 +503,7 @@ func TestMaxElapsedNeverCutsACommittedStream(t *testing.T) {
 // moment later) right behind the events that finish it: what was read goes to the client at
 // once. Looking for the body's end in what is buffered must never wait for the upstream.
 func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -554,6 +575,7 @@ func TestStreamEndingWithAnIncompleteLastChunk(t *testing.T) {
 // a stream without events (an "empty" one, a transfer, and in the end a 502 for a target
 // that answered).
 func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
+	t.Parallel()
 	var z bytes.Buffer
 	zw := gzip.NewWriter(&z)
 	zw.Write([]byte(joined(pt.ChatStream(0, "Hello"))))
@@ -593,12 +615,14 @@ func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
 // goes only to a target that sends another model (README, The decision order, rule 5b), and
 // with none it stops with its 400, the caller's to fix.
 func TestStreamLlamaCppErrorField(t *testing.T) {
+	t.Parallel()
 	recorded, err := os.ReadFile("../testdata/sse/chat/llamacpp_error_field.sse")
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := pt.ChatStream(0, "from ", "second")
 	t.Run("without a bigger model the 400 stops with its status", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
 		b := upstream(t, pt.SSE(second...))
 		s := start(t, targets(a.URL, b.URL)...)
@@ -618,6 +642,7 @@ func TestStreamLlamaCppErrorField(t *testing.T) {
 		}
 	})
 	t.Run("a target with a bigger model takes it", func(t *testing.T) {
+		t.Parallel()
 		a := upstream(t, pt.SSE(pt.Chunk{Data: string(recorded)}))
 		b := upstream(t, pt.SSE(second...))
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_TARGET_1_MODEL=qwen-long-context"})...)
@@ -653,6 +678,7 @@ func records(t *testing.T, family, name string) []string {
 // interruption. The finish chunk counts wherever it arrives: held before commit, after it, or
 // with the whole stream before commit (README, Streams).
 func TestStreamCleanEndAfterFinish(t *testing.T) {
+	t.Parallel()
 	const (
 		completionsBody = `{"model":"Qwen/Qwen2.5-7B-Instruct","prompt":"Say this is a test","max_tokens":7,"stream":true}`
 		speechBody      = `{"model":"gpt-4o-mini-tts","input":"Hello","voice":"alloy","stream_format":"sse"}`
@@ -721,6 +747,7 @@ func TestStreamCleanEndAfterFinish(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, tc.step)
 			s := start(t, env(targets(up.URL), tc.extra)...)
 			// Speech asks for SSE with stream_format, not "stream": the Accept header makes it a stream.

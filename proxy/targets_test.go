@@ -52,6 +52,7 @@ func byName(t *testing.T, table proxy.TargetTable, name string) proxy.TargetStat
 // where least-latency's figure charges each failure FAILOVER_CONNECT_TIMEOUT (5s), and a target
 // that never answered has none.
 func TestTargetTableShowsEveryState(t *testing.T) {
+	t.Parallel()
 	ejected := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
 	cooling := upstream(t, pt.RateLimited(pt.RetryAfterSeconds(60)))
 	limited := upstream(t, okWith("x-ratelimit-limit-requests: 500", "x-ratelimit-remaining-requests: 0", "x-ratelimit-reset-requests: 30s",
@@ -139,6 +140,7 @@ func sameQuotas(got, want map[string]proxy.QuotaState) bool {
 // The table shows no secret: no key, no header value, no password or query value of the URL
 // (masked as -check masks it), whatever the target was configured with.
 func TestTargetTableHasNoSecret(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
 	b := upstream(t)
 	cfg, err := config.Load(env(targets(a.URL, b.URL), []string{
@@ -174,6 +176,7 @@ func TestTargetTableHasNoSecret(t *testing.T) {
 // and its end agree (GET /targets is safe for concurrent use with the request path). The first
 // target fails every request: it goes from ejected to probing and back as the clock moves.
 func TestTargetTableUnderTraffic(t *testing.T) {
+	t.Parallel()
 	a := upstream(t, pt.JSON(503, pt.OpenAIError("busy", "server_error", "")))
 	b := upstream(t)
 	s, clock := startOnClock(t, env(targets(a.URL, b.URL), noRetries, []string{"FAILOVER_EJECT_AFTER=1"})...)
@@ -204,6 +207,7 @@ func TestTargetTableUnderTraffic(t *testing.T) {
 // A committed stream that its upstream cuts counts against the target (README, Health), and
 // the table says so: its last error is interrupted, as the ledger's class is.
 func TestTargetTableShowsAStreamCutAfterCommit(t *testing.T) {
+	t.Parallel()
 	cut := pt.SSE(pt.Events(0, chatWords("a", false, "Once upon a ti")...)...)
 	cut.Fault = pt.FaultTruncate
 	up := upstream(t, cut)

@@ -18,6 +18,7 @@ import (
 // not from an earlier reading. The body's last chunk comes in two parts, the second late: it
 // is read within the body's framing, after the last wait for the body's bytes.
 func TestCooldownRunsFromTheEndOfASlowBody(t *testing.T) {
+	t.Parallel()
 	const bodyDelay = 1500 * time.Millisecond
 	slow := upstream(t, pt.Step{Status: 429, Header: []string{"Content-Type: application/json", pt.RetryAfterSeconds(60)},
 		Chunks: []pt.Chunk{{Data: pt.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded")},
@@ -48,6 +49,7 @@ func TestCooldownRunsFromTheEndOfASlowBody(t *testing.T) {
 // FAILOVER_IDLE_TIMEOUT for the next event, and a silence that lasts the timeout from there
 // ends the stream, neither earlier nor much later.
 func TestStreamIdleTimeoutCountsFromTheLastWrite(t *testing.T) {
+	t.Parallel()
 	const (
 		idle  = 2 * time.Second
 		stall = 1200 * time.Millisecond // the client reads nothing: shorter than idle, so the write waits without timing out
@@ -66,6 +68,7 @@ func TestStreamIdleTimeoutCountsFromTheLastWrite(t *testing.T) {
 		{"a silence as long as the timeout ends the stream", 20 * time.Second, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			up := upstream(t, pt.SSE(pt.Chunk{Data: opening + pt.ChatDelta("first")},
 				pt.Chunk{Data: pt.ChatDelta("late"), Delay: c.pause}, pt.Chunk{Data: pt.ChatFinish + pt.Done}))
 			s := start(t, env(targets(up.URL), noRetries, []string{"FAILOVER_IDLE_TIMEOUT=" + idle.String(), "FAILOVER_PEEK_BYTES=16MiB"})...)

@@ -12,6 +12,7 @@ import (
 // retry and a transfer included), the request record carries the trace id, and a request
 // without them gets none invented (README, The request record).
 func TestTraceContextReachesEveryAttempt(t *testing.T) {
+	t.Parallel()
 	const (
 		traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		tracestate  = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
@@ -30,6 +31,7 @@ func TestTraceContextReachesEveryAttempt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a := upstream(t, busy)
 			b := upstream(t)
 			s := start(t, targets(a.URL, b.URL)...)

@@ -15,6 +15,7 @@ import (
 // reference) says 0 disables set to 0, and an answer that the limit's default would not stop but a small
 // limit would, so a 0 taken as "nothing allowed" fails the row.
 func TestZeroDisablesALimit(t *testing.T) {
+	t.Parallel()
 	stream := `{"model":"m","stream":true}`
 	for _, row := range []struct {
 		variable string
@@ -43,6 +44,7 @@ func TestZeroDisablesALimit(t *testing.T) {
 		{"FAILOVER_RETRY_AFTER_MAX=0", []pt.Step{pt.RateLimited(pt.RetryAfterSeconds(1)), pt.JSON(200, pt.ChatCompletion("a"))}, chatBody, 1, "t1", false},
 	} {
 		t.Run(row.variable, func(t *testing.T) {
+			t.Parallel()
 			a, b := upstream(t, row.a...), upstream(t)
 			s := start(t, env(targets(a.URL, b.URL), []string{row.variable, "FAILOVER_SAME_TARGET_RETRIES=2"})...)
 			var wg sync.WaitGroup
@@ -71,6 +73,7 @@ func TestZeroDisablesALimit(t *testing.T) {
 // FAILOVER_MAX_REQUEST_BYTES: a body of exactly the limit passes, one byte more is refused,
 // and 0 lets through a body larger than fasthttp's own 4 MiB default.
 func TestMaxRequestBytesEdges(t *testing.T) {
+	t.Parallel()
 	body := func(n int) string { // a JSON body of exactly n bytes
 		const head, tail = `{"model":"m","input":"`, `"}`
 		return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
@@ -86,6 +89,7 @@ func TestMaxRequestBytesEdges(t *testing.T) {
 		{"0", 5 << 20, 200},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", row.value, row.size), func(t *testing.T) {
+			t.Parallel()
 			s := start(t, env(targets(upstream(t).URL), []string{"FAILOVER_MAX_REQUEST_BYTES=" + row.value})...)
 			if r := s.Post("/embeddings", body(row.size)); r.Status != row.want {
 				t.Errorf("status %d, want %d: %.200q", r.Status, row.want, r.Body)
@@ -98,6 +102,7 @@ func TestMaxRequestBytesEdges(t *testing.T) {
 // slashes and /v1 itself, as the README writes them. Target 0 carries the filter; target 1
 // serves everything, so the answering target tells whether target 0 served the request.
 func TestTargetFilterEdges(t *testing.T) {
+	t.Parallel()
 	for _, row := range []struct {
 		name, variable, path, model, want string
 	}{
@@ -114,6 +119,7 @@ func TestTargetFilterEdges(t *testing.T) {
 		{"paths /v1/ is everything", "FAILOVER_TARGET_0_PATHS=/v1/", "/embeddings", "m", "t0"},
 	} {
 		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
 			a, b := upstream(t), upstream(t)
 			s := start(t, env(targets(a.URL, b.URL), []string{row.variable})...)
 			r := s.Post(row.path, fmt.Sprintf(`{"model":%q}`, row.model))
@@ -127,8 +133,10 @@ func TestTargetFilterEdges(t *testing.T) {
 // FAILOVER_STICKY_HEADER names a header in any case, and a request sends it in any case.
 // FAILOVER_TARGET_<i>_WEIGHT=0 keeps a target out of the rotation.
 func TestStickyHeaderCaseAndZeroWeight(t *testing.T) {
+	t.Parallel()
 	for _, hdr := range []string{"x-user", "X-USER"} {
 		t.Run("FAILOVER_STICKY_HEADER="+hdr, func(t *testing.T) {
+			t.Parallel()
 			ups := []string{upstream(t).URL, upstream(t).URL, upstream(t).URL, upstream(t).URL}
 			s := start(t, env(targets(ups...), []string{"FAILOVER_STRATEGY=sticky", "FAILOVER_STICKY_HEADER=" + hdr})...)
 			seen := map[string]bool{}
@@ -146,6 +154,7 @@ func TestStickyHeaderCaseAndZeroWeight(t *testing.T) {
 		})
 	}
 	t.Run("FAILOVER_TARGET_0_WEIGHT=0", func(t *testing.T) {
+		t.Parallel()
 		s := start(t, env(targets(upstream(t).URL, upstream(t).URL), []string{"FAILOVER_STRATEGY=round-robin", "FAILOVER_TARGET_0_WEIGHT=0"})...)
 		for i := 0; i < 6; i++ {
 			if got := s.Post("/chat/completions", chatBody).Header.Get("X-Failover-Target"); got != "t1" {
@@ -157,6 +166,7 @@ func TestStickyHeaderCaseAndZeroWeight(t *testing.T) {
 
 // FAILOVER_INBOUND_TOKEN in both header forms, the scheme in any case, and the wrong forms.
 func TestInboundTokenForms(t *testing.T) {
+	t.Parallel()
 	s := start(t, env(targets(upstream(t).URL), []string{"FAILOVER_INBOUND_TOKEN=tok"})...)
 	for _, row := range []struct {
 		headers []string

@@ -1,7 +1,10 @@
 package drill
 
 import (
+	"flag"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -9,6 +12,24 @@ import (
 	"github.com/llm-failover/failover/proxy/internal/config"
 	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
+
+// TestMain lets the tests marked t.Parallel run 16 at once unless -parallel is given: a drill
+// waits on loopback sockets and timers, not on a processor, and the default (GOMAXPROCS) would
+// run only two at once on a two-core machine.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	raiseParallel(16)
+	os.Exit(m.Run())
+}
+
+// raiseParallel raises -test.parallel to n unless the command line set it.
+func raiseParallel(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
+		p.Value.Set(strconv.Itoa(n))
+	}
+}
 
 // entry is one ledger entry as the JSON log decodes it.
 func entry(target, phase string) any {
@@ -104,6 +125,7 @@ func TestCheckInvariantsReportsEachViolation(t *testing.T) {
 }
 
 func TestPlayTagsAFailedScenarioCheckWithItsInvariant(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +140,7 @@ func TestPlayTagsAFailedScenarioCheckWithItsInvariant(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
+			t.Parallel()
 			sc := &scenario{name: "scripted failure", path: chatPath, body: chatBody,
 				script: func(i, n int) []pt.Step { return []pt.Step{chatOK("primary")} },
 				check:  func(*result) string { return tc.problem }}
@@ -135,6 +158,7 @@ func TestPlayTagsAFailedScenarioCheckWithItsInvariant(t *testing.T) {
 // A scenario whose check fails makes the run print FAIL on its invariant, list the failure,
 // and return exit code 1; the invariants it did not touch stay ok.
 func TestRunReportsAFailedInvariantAndExits1(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +182,7 @@ func TestRunReportsAFailedInvariantAndExits1(t *testing.T) {
 // The cancel drill holds under a FAILOVER_ATTEMPT_TIMEOUT shorter than its pause: the client
 // leaves while the stalled attempt still runs, so no other target is called.
 func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load([]string{"FAILOVER_ATTEMPT_TIMEOUT=80ms"}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +205,7 @@ func TestCancelDrillUnderAShortAttemptTimeout(t *testing.T) {
 // Under a policy with FAILOVER_INBOUND_TOKEN, the drill's client sends the token as the
 // application would: every drill holds, none is rejected with 401.
 func TestDrillWithAnInboundToken(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load([]string{"FAILOVER_INBOUND_TOKEN=drill-token-not-a-secret"}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -253,8 +279,10 @@ func TestErrorAfterOutputCheck(t *testing.T) {
 // Policies that give up on an attempt faster than the simulated targets answer do what they
 // say (time out and move on); the drill reports that, and no invariant fails for it.
 func TestDrillUnderPoliciesFasterThanItsTargets(t *testing.T) {
+	t.Parallel()
 	for _, env := range []string{"FAILOVER_FIRST_BYTE_TIMEOUT=1ms", "FAILOVER_CONNECT_TIMEOUT=1ns"} {
 		t.Run(env, func(t *testing.T) {
+			t.Parallel()
 			cfg, err := config.Load([]string{env}, false)
 			if err != nil {
 				t.Fatal(err)
@@ -300,6 +328,7 @@ func TestNoAttemptThatCannotHelpChecks(t *testing.T) {
 // costs at most one attempt per ejection while down, and serves again one ejection after it
 // recovers; with ejection off, the row says the primary was never ejected.
 func TestRecoveringPrimaryDrill(t *testing.T) {
+	t.Parallel()
 	playUnder(t, scenarioNamed(t, "recovering primary"), []policyRow{
 		{nil, "out after 3 requests, 1 attempt per 10s while down, back 10s after recovering: primary 200→commit"},
 		{[]string{"FAILOVER_EJECT_AFTER=0"}, "(never ejected)"},
@@ -332,6 +361,7 @@ func playUnder(t *testing.T, sc *scenario, rows []policyRow) {
 // the next request goes to the secondary without calling the primary; with the awareness off
 // it goes to the primary, as the policy says, and no invariant fails for it.
 func TestQuotaRunningOutDrill(t *testing.T) {
+	t.Parallel()
 	sc := scenarioNamed(t, "quota running out")
 	playUnder(t, sc, []policyRow{
 		{nil, "primary 200 with 0 requests left for 5s, next request: secondary 200→commit"},
@@ -358,6 +388,7 @@ func TestQuotaRunningOutDrill(t *testing.T) {
 // "cut stream resumed" under the default policy: the drill turns resume on for it and says so,
 // and the row shows the continuation from the secondary.
 func TestCutStreamResumedDrill(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load(nil, false)
 	if err != nil {
 		t.Fatal(err)

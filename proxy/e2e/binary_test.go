@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +32,8 @@ var binary string
 var buildFlags []string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	raiseParallel(16)
 	dir, err := os.MkdirTemp("", "failover-e2e")
 	if err != nil {
 		panic(err)
@@ -43,6 +49,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// raiseParallel raises -test.parallel to n unless the command line set it: the tests marked
+// t.Parallel wait on processes, sockets and timers, not on a processor, and the default
+// (GOMAXPROCS) would run only two at once on a two-core machine.
+func raiseParallel(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
+		p.Value.Set(strconv.Itoa(n))
+	}
 }
 
 // runBinary runs the binary to completion with env and args.
@@ -112,38 +129,46 @@ func TestCheckPrintsTheEffectivePolicy(t *testing.T) {
 }
 
 func TestDrill(t *testing.T) {
-	stdout, stderr, code := runBinary(t, nil, "drill")
-	if code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
-		"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
-		if !strings.Contains(stdout, row) {
-			t.Errorf("no row %q:\n%s", row, stdout)
+	t.Parallel()
+	t.Run("the default policy", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code := runBinary(t, nil, "drill")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 		}
-	}
-	for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
-		if !strings.Contains(stdout, inv) {
-			t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+		for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
+			"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
+			if !strings.Contains(stdout, row) {
+				t.Errorf("no row %q:\n%s", row, stdout)
+			}
 		}
-	}
-	// Written to a pipe, the table has no colour, and it reads in a 100-column terminal
-	// (README, Quick start).
-	for _, line := range strings.Split(stdout, "\n") {
-		if strings.Contains(line, "\x1b") || utf8.RuneCountInString(line) > 100 {
-			t.Errorf("a line with an escape sequence or wider than 100 columns: %q", line)
+		for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
+			if !strings.Contains(stdout, inv) {
+				t.Errorf("invariant line %q missing:\n%s", inv, stdout)
+			}
 		}
-	}
+		// Written to a pipe, the table has no colour, and it reads in a 100-column terminal
+		// (README, Quick start).
+		for _, line := range strings.Split(stdout, "\n") {
+			if strings.Contains(line, "\x1b") || utf8.RuneCountInString(line) > 100 {
+				t.Errorf("a line with an escape sequence or wider than 100 columns: %q", line)
+			}
+		}
+	})
 	// The effective policy is used: with failover disabled, nothing transfers.
-	stdout, _, code = runBinary(t, []string{"FAILOVER_ENABLED=false"}, "drill")
-	if code != 0 || !strings.Contains(stdout, "primary reset→stop") {
-		t.Errorf("drill with FAILOVER_ENABLED=false: exit %d\n%s", code, stdout)
-	}
+	t.Run("FAILOVER_ENABLED=false", func(t *testing.T) {
+		t.Parallel()
+		stdout, _, code := runBinary(t, []string{"FAILOVER_ENABLED=false"}, "drill")
+		if code != 0 || !strings.Contains(stdout, "primary reset→stop") {
+			t.Errorf("drill with FAILOVER_ENABLED=false: exit %d\n%s", code, stdout)
+		}
+	})
 }
 
 // The drill needs no keys (README, Quick start). With the deployment's env file, whose keys are in files
 // mounted only where the sidecar runs, it still runs; the start itself still needs the files.
 func TestDrillWithKeyFilesNotMounted(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "env", "openai-anthropic.env"))
 	if err != nil {
 		t.Fatal(err)
@@ -206,33 +231,34 @@ func TestCheckHeadersErrorHidesTheKey(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// listeningRe reads the addresses of the proxy and metrics listeners from the listening
+// record, JSON ("proxy":"127.0.0.1:port") or text (proxy=127.0.0.1:port).
+var listeningRe = regexp.MustCompile(`listening.*\bproxy"?[=:]"?(127\.0\.0\.1:[0-9]+).*\bmetrics"?[=:]"?(127\.0\.0\.1:[0-9]+)`)
 
-// startSidecar starts the binary with env and waits until its metrics listener (maddr, which
-// env must set as FAILOVER_METRICS_LISTEN) answers /healthz. The process is killed when the
-// test ends; its standard error (the log) goes to the returned buffer.
-func startSidecar(t *testing.T, maddr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+// startSidecar starts the binary with env and its listeners on ports the system chooses
+// (127.0.0.1:0), and waits until its metrics listener answers /healthz; it returns their
+// addresses, read from the listening record. (A port found free, and closed for the binary to
+// bind, can be taken meanwhile by any listener on the machine, whose /healthz would then answer
+// for the sidecar.) The process is killed when the test ends; its standard error (the log) goes
+// to the returned buffer.
+func startSidecar(t *testing.T, env ...string) (cmd *exec.Cmd, logs *pt.SyncBuffer, addr, maddr string) {
 	t.Helper()
-	cmd := exec.Command(binary)
-	cmd.Env = env
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	cmd = exec.Command(binary)
+	cmd.Env = slices.Concat(env, []string{"FAILOVER_LISTEN=127.0.0.1:0", "FAILOVER_METRICS_LISTEN=127.0.0.1:0"})
+	logs = &pt.SyncBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return cmd, &logs
+		if m := listeningRe.FindStringSubmatch(logs.String()); m != nil {
+			addr, maddr = m[1], m[2]
+			if resp, err := http.Get("http://" + maddr + "/healthz"); err == nil {
+				resp.Body.Close()
+				return cmd, logs, addr, maddr
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the sidecar did not start:\n%s", logs.String())
@@ -242,14 +268,13 @@ func startSidecar(t *testing.T, maddr string, env ...string) (*exec.Cmd, *bytes.
 }
 
 func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New(pt.SSE(pt.ChatStream(200*time.Millisecond, "one", "two", "three", "four", "five")...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s")
+	cmd, logs, addr, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=10s")
 	if _, stderr, code := runBinary(t, []string{"FAILOVER_METRICS_LISTEN=" + maddr}, "healthcheck"); code != 0 {
 		t.Fatalf("healthcheck of a running sidecar: exit %d %s", code, stderr)
 	}
@@ -295,14 +320,13 @@ func TestSIGTERMLetsAStreamFinishAndExits0(t *testing.T) {
 }
 
 func TestTextLogFormat(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=text")
+	cmd, logs, addr, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=text")
 	if resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`)); err != nil {
 		t.Fatal(err)
 	} else {
@@ -321,14 +345,13 @@ func TestTextLogFormat(t *testing.T) {
 // A second SIGTERM ends the drain at once, even without a shutdown timeout: the stream still
 // running gets the interrupted event and the process exits 0.
 func TestSecondSignalEndsTheDrain(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New(pt.SSE(pt.ChatStream(time.Second, "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=0")
+	cmd, logs, addr, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "FAILOVER_SHUTDOWN_TIMEOUT=0")
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
 	resp, err := sidecar.Client.Do(req)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // The binary says which build it is the same way everywhere: `failover version`, the -check
 // header, the listening record and the failover_build_info gauge.
 func TestTheBuildIsNamedEverywhere(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runBinary(t, nil, "version")
 	m := regexp.MustCompile(`^failover (\S+), revision (\S+), (go\S+)\n$`).FindStringSubmatch(stdout)
 	if code != 0 || m == nil {
@@ -34,9 +35,7 @@ func TestTheBuildIsNamedEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json")
+	cmd, logs, _, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json")
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestDebugLevelLogsEveryAttempt(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		level        string
 		wantAttempts int
@@ -21,6 +22,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run("FAILOVER_LOG_LEVEL="+tc.level, func(t *testing.T) {
+			t.Parallel()
 			a, err := pt.New(pt.JSON(503, pt.OpenAIError("The server is overloaded", "server_error", "")))
 			if err != nil {
 				t.Fatal(err)
@@ -31,10 +33,8 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			addr, maddr := freePort(t), freePort(t)
-			cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+a.URL, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_1_URL="+b.URL,
-				"FAILOVER_TARGET_1_NAME=t1", "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr, "FAILOVER_LOG_FORMAT=json",
-				"FAILOVER_LOG_LEVEL="+tc.level)
+			cmd, logs, addr, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+a.URL, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_1_URL="+b.URL,
+				"FAILOVER_TARGET_1_NAME=t1", "FAILOVER_LOG_FORMAT=json", "FAILOVER_LOG_LEVEL="+tc.level)
 			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
 			if err != nil {
 				t.Fatal(err)
@@ -50,7 +50,7 @@ func TestDebugLevelLogsEveryAttempt(t *testing.T) {
 			}
 			var attempts []map[string]any
 			requests := 0
-			sc := bufio.NewScanner(logs)
+			sc := bufio.NewScanner(strings.NewReader(logs.String()))
 			for sc.Scan() {
 				var rec map[string]any
 				if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {

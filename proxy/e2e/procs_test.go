@@ -42,11 +42,12 @@ func gaugeOf(t *testing.T, maddr, name string) float64 {
 // and on all of them while many are (README, Performance); an explicit GOMAXPROCS is left as
 // the operator set it.
 func TestGOMAXPROCS(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New(pt.Step{Status: 200, Body: pt.ChatCompletion("slow"), Delay: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer up.Close()
+	t.Cleanup(up.Close)
 	// The sidecar's runtime default is this process's: same machine, same limits, and go test
 	// sets no GOMAXPROCS.
 	all := runtime.GOMAXPROCS(0)
@@ -62,9 +63,8 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 	}
 	t.Run("explicit", func(t *testing.T) {
-		addr, maddr := freePort(t), freePort(t)
-		cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-			"FAILOVER_LOG_FORMAT=json", "GOMAXPROCS=3")
+		t.Parallel()
+		cmd, logs, _, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json", "GOMAXPROCS=3")
 		if got := gaugeOf(t, maddr, "failover_gomaxprocs"); got != 3 {
 			t.Fatalf("failover_gomaxprocs = %v with GOMAXPROCS=3", got)
 		}
@@ -74,9 +74,8 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 	})
 	t.Run("adaptive", func(t *testing.T) {
-		addr, maddr := freePort(t), freePort(t)
-		cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-			"FAILOVER_LOG_FORMAT=json")
+		t.Parallel()
+		cmd, logs, addr, maddr := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_LOG_FORMAT=json")
 		if got := gaugeOf(t, maddr, "failover_gomaxprocs"); got != float64(low) {
 			t.Fatalf("failover_gomaxprocs = %v at rest, want %d (half of %d)", got, low, all)
 		}
@@ -91,12 +90,18 @@ func TestGOMAXPROCS(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Second)
-		loaded := gaugeOf(t, maddr, "failover_gomaxprocs")
-		wg.Wait()
-		if loaded != float64(high) {
-			t.Fatalf("with 40 requests in flight failover_gomaxprocs = %v, want %d", loaded, high)
+		answered := make(chan struct{})
+		go func() { wg.Wait(); close(answered) }()
+		// Raised while they are in flight: the gauge is read before asking whether they were all
+		// answered (once raised, it stays up for seconds after the load).
+		for loaded := gaugeOf(t, maddr, "failover_gomaxprocs"); loaded != float64(high); loaded = gaugeOf(t, maddr, "failover_gomaxprocs") {
+			select {
+			case <-answered:
+				t.Fatalf("with 40 requests in flight failover_gomaxprocs stayed %v, want %d", loaded, high)
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
+		<-answered
 		deadline := time.Now().Add(10 * time.Second)
 		for gaugeOf(t, maddr, "failover_gomaxprocs") != float64(low) {
 			if time.Now().After(deadline) {

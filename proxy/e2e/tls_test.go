@@ -24,6 +24,7 @@ import (
 // the TLS connection for the next request, streams through it, and a target whose TLS fails
 // is transferred from with class tls.
 func TestHTTPSTargets(t *testing.T) {
+	t.Parallel()
 	stream := pt.ChatStream(5*time.Millisecond, "Hello", " over", " TLS")
 	var streamBytes strings.Builder
 	for _, c := range stream {
@@ -61,9 +62,7 @@ func TestHTTPSTargets(t *testing.T) {
 	}
 	defer plain.Close()
 
-	addr, maddr := freePort(t), freePort(t)
-	startSidecar(t, maddr, "SSL_CERT_FILE="+roots, "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_TARGET_0_URL="+up.URL+"/v1", "FAILOVER_TARGET_0_NAME=tls")
+	_, _, addr, _ := startSidecar(t, "SSL_CERT_FILE="+roots, "FAILOVER_LOG_FORMAT=json", "FAILOVER_TARGET_0_URL="+up.URL+"/v1", "FAILOVER_TARGET_0_NAME=tls")
 	base := "http://" + addr + "/v1/chat/completions"
 	for i := range 3 {
 		resp, err := sidecar.Client.Post(base, "application/json", strings.NewReader(`{"model":"m"}`))
@@ -92,9 +91,8 @@ func TestHTTPSTargets(t *testing.T) {
 	}
 
 	// A target whose TLS handshake fails is left for the next one.
-	addr2, maddr2 := freePort(t), freePort(t)
-	cmd2, logs2 := startSidecar(t, maddr2, "SSL_CERT_FILE="+roots, "FAILOVER_LISTEN="+addr2, "FAILOVER_METRICS_LISTEN="+maddr2,
-		"FAILOVER_LOG_FORMAT=json", "FAILOVER_TARGET_0_URL="+strings.Replace(plain.URL, "http://", "https://", 1),
+	cmd2, logs2, addr2, _ := startSidecar(t, "SSL_CERT_FILE="+roots, "FAILOVER_LOG_FORMAT=json",
+		"FAILOVER_TARGET_0_URL="+strings.Replace(plain.URL, "http://", "https://", 1),
 		"FAILOVER_TARGET_1_URL="+up.URL+"/v1")
 	resp, err = sidecar.Client.Post("http://"+addr2+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
 	if err != nil {

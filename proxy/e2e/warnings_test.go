@@ -12,14 +12,14 @@ import (
 // At start each configuration warning is logged once, at warn level, as config_warning with
 // the variable's name; a key's value never appears in it.
 func TestStartLogsEachWarningOnce(t *testing.T) {
+	t.Parallel()
 	up, err := pt.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	addr, maddr := freePort(t), freePort(t)
-	cmd, logs := startSidecar(t, maddr, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_TARGET_0_API_KEY=sk-warned-not-logged",
-		"FAILOVER_STICKY_HEADER=X-User", "FAILOVER_LISTEN="+addr, "FAILOVER_METRICS_LISTEN="+maddr, "FAILOVER_LOG_FORMAT=json")
+	cmd, logs, _, _ := startSidecar(t, "FAILOVER_TARGET_0_URL="+up.URL, "FAILOVER_TARGET_0_API_KEY=sk-warned-not-logged",
+		"FAILOVER_STICKY_HEADER=X-User", "FAILOVER_LOG_FORMAT=json")
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)

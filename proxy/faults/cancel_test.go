@@ -75,6 +75,7 @@ func keptAlive(ok pt.Step, filler string) pt.Step {
 // TestClientLeaves: when the client goes away, no attempt starts after it left, the upstream
 // connection it was waiting on is closed, and the request is recorded once, as cancelled.
 func TestClientLeaves(t *testing.T) {
+	t.Parallel()
 	runConcurrently(t, leaveRows(), func(r leave) string { return rowName(r.fam, r.name) }, playLeave)
 }
 

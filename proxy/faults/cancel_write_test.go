@@ -61,12 +61,14 @@ func newDeafTarget(t *testing.T) *deafTarget {
 // still writing ends the request at once: no attempt after it, recorded as cancelled, and not
 // only when FAILOVER_ATTEMPT_TIMEOUT ends the write.
 func TestClientLeavesDuringTheUpstreamWrite(t *testing.T) {
+	t.Parallel()
 	for _, stream := range []bool{false, true} {
 		name := "non-streaming"
 		if stream {
 			name = "streaming"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			deaf := newDeafTarget(t)
 			second := upstream(t, pt.JSON(200, pt.ChatCompletion("Hello from t1")))
 			s := start(t, env(targets(deaf.URL, second.URL), timeouts,
@@ -91,6 +93,7 @@ func TestClientLeavesDuringTheUpstreamWrite(t *testing.T) {
 // TestClientLeavesDuringTheDial: the first target's connect neither succeeds nor fails. The
 // client leaving during it ends the request before FAILOVER_CONNECT_TIMEOUT does.
 func TestClientLeavesDuringTheDial(t *testing.T) {
+	t.Parallel()
 	l, err := pt.NewStalledListener()
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +125,7 @@ func wantCancelledAlone(t *testing.T, s *sidecar.Sidecar, second *pt.Upstream, t
 // is cut at it (the client sees an aborted body, the outcome is partial), even with the
 // streaming idle timeout disabled.
 func TestAttemptTimeoutBoundsABodyPastTheBuffer(t *testing.T) {
+	t.Parallel()
 	big := pt.JSON(200, pt.ChatCompletion(strings.Repeat("long answer ", 700)))
 	headLen := pt.RawOffset(big, "\r\n\r\n", 0)
 	first := upstream(t, fault(big, pt.FaultStallAfter, headLen+4096))

@@ -25,6 +25,7 @@ var echoRe = regexp.MustCompile(`echo-[0-9]+-[0-9]+-`)
 // Every request carries its id in its body and its header, and every target answers with the
 // id it was sent: no request may see another's body upstream, nor another's answer, whatever
 // the pooled exchanges, connections and buffers carried before. Shutdown comes in the middle.
+// Not parallel: it counts the process's goroutines and open descriptors.
 func TestAnswersNeverCrossRequests(t *testing.T) {
 	base := quiesce(5 * time.Second)
 	var upstreamProblems sync.Map

@@ -45,7 +45,9 @@ var timeouts = []string{
 	"FAILOVER_RETRY_AFTER_MAX=5s",
 }
 
-// concurrency is how many rows of a table test run at once.
+// concurrency is how many rows of a table test run at once. The tests marked t.Parallel run
+// at -parallel's default (GOMAXPROCS) at a time: with these short timeouts, sixteen at once
+// made loopback connects miss FAILOVER_CONNECT_TIMEOUT under -race on a busy two-core machine.
 const concurrency = 8
 
 // runConcurrently runs play for each row as a subtest, concurrency at a time.

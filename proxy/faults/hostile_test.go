@@ -187,13 +187,12 @@ func checkStillServing(t *testing.T, s *sidecar.Sidecar) {
 // TestMalformedRequests: each malformed request gets a clear 4xx or a clean close, never
 // reaches a target, and the sidecar keeps serving.
 func TestMalformedRequests(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	const cl2 = "Content-Length: 2\r\n\r\n{}"
-	tests := []struct {
-		name    string
-		payload string
-	}{
+	type row struct{ name, payload string }
+	tests := []row{
 		{"not HTTP", "GARBAGE\r\n\r\n"},
 		{"binary junk", "\x00\x01\x02\x03\xff\xfe\r\n\r\n"},
 		{"TLS handshake on the plain port", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + strings.Repeat("\x00", 40)},
@@ -225,27 +224,24 @@ func TestMalformedRequests(t *testing.T) {
 		{"HTTP/0.9 request line", "GET /v1/models\r\n\r\n"},
 		{"HTTP/2 preface on the HTTP/1.1 port", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			before := up.Calls()
-			a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, strings.HasSuffix(tc.name, "then close"), false)
-			if !refusedCleanly(a) {
-				t.Errorf("want a clear 4xx or a clean close, got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
-			}
-			if a.status >= 400 && !isErrorDocument(a.body) {
-				t.Errorf("the %d is not a JSON error document: %q", a.status, a.body)
-			}
-			if up.Calls() != before {
-				t.Errorf("a malformed request reached the target")
-			}
-		})
-	}
+	// The rows run at once (some wait out the compressed read timeout): none reaches the target,
+	// so a row that did shows in its own count of calls.
+	runConcurrently(t, tests, func(r row) string { return r.name }, func(t *testing.T, tc row) {
+		before := up.Calls()
+		a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, strings.HasSuffix(tc.name, "then close"), false)
+		if !refusedCleanly(a) {
+			t.Errorf("want a clear 4xx or a clean close, got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
+		}
+		if a.status >= 400 && !isErrorDocument(a.body) {
+			t.Errorf("the %d is not a JSON error document: %q", a.status, a.body)
+		}
+		if up.Calls() != before {
+			t.Errorf("a malformed request reached the target")
+		}
+	})
 	// Request framing that is legal, or that the sidecar reads in one well-defined way: it
 	// may be answered, and then only by the target, inside its base path.
-	answered := []struct {
-		name    string
-		payload string
-	}{
+	answered := []row{
 		{"unknown HTTP minor version", "POST /v1/chat/completions HTTP/1.9\r\nHost: x\r\n" + cl2},
 		{"absolute-form URI naming another host", "GET http://evil.example/v1/models HTTP/1.1\r\nHost: evil.example\r\n\r\n"},
 		{"Content-Length and Transfer-Encoding (the chunked body wins, then close)", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"},
@@ -255,17 +251,15 @@ func TestMalformedRequests(t *testing.T) {
 		{"unknown method", "FROB /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"},
 		{"HTTP/2.0 in an HTTP/1 request line", "GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n"},
 	}
-	for _, tc := range answered {
-		t.Run(tc.name, func(t *testing.T) {
-			a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, false, true)
-			if a.err != nil || a.status == 0 && !a.closed || a.status >= 500 {
-				t.Errorf("got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
-			}
-			if strings.Contains(tc.name, "then close") && !a.closed {
-				t.Errorf("a request with both Content-Length and Transfer-Encoding must close the connection after the answer (RFC 9112 section 6.3)")
-			}
-		})
-	}
+	runConcurrently(t, answered, func(r row) string { return r.name }, func(t *testing.T, tc row) {
+		a := rawExchange(s.Addr, []byte(tc.payload), 3*serverReadTimeout/compression, false, true)
+		if a.err != nil || a.status == 0 && !a.closed || a.status >= 500 {
+			t.Errorf("got status %d closed=%v err=%v body %q", a.status, a.closed, a.err, a.body)
+		}
+		if strings.Contains(tc.name, "then close") && !a.closed {
+			t.Errorf("a request with both Content-Length and Transfer-Encoding must close the connection after the answer (RFC 9112 section 6.3)")
+		}
+	})
 	checkContained(t, up)
 	checkStillServing(t, s)
 }
@@ -273,6 +267,7 @@ func TestMalformedRequests(t *testing.T) {
 // TestHugeHeaders: header blocks over 16 KiB get 431 (or a close for a block far too large
 // to read), with a ledger record; just under the limit is served, with the header intact.
 func TestHugeHeaders(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	request := func(headers string) []byte {
@@ -328,6 +323,7 @@ func TestHugeHeaders(t *testing.T) {
 
 // TestPathTraversal: no path, however encoded, reaches the target outside its base path.
 func TestPathTraversal(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	paths := []string{
@@ -366,6 +362,7 @@ func TestPathTraversal(t *testing.T) {
 
 // TestUnknownPaths: what is not /v1/... gets a family-shaped 404 (probes answer as probes).
 func TestUnknownPaths(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	root := strings.TrimSuffix(s.URL, "/v1")
@@ -392,6 +389,7 @@ func TestUnknownPaths(t *testing.T) {
 // TestHostileBodies: bodies that are not what an SDK sends are forwarded untouched (the
 // target answers for itself) or refused with a clear 4xx; the scanner never misreads them.
 func TestHostileBodies(t *testing.T) {
+	t.Parallel()
 	invalid := pt.OpenAIError("We could not parse the JSON body of your request.", "invalid_request_error", "")
 	up, base := basedUpstream(t, pt.JSON(400, invalid))
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_MAX_REQUEST_BYTES=4MiB"}, timeouts)...)
@@ -470,6 +468,7 @@ func TestHostileBodies(t *testing.T) {
 // server's read timeout (120 s, compressed here to 2 s) with a 408 or a close. A slow client
 // that finishes within the timeout is served.
 func TestSlowClients(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := startHostile(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	timeout := serverReadTimeout / compression
@@ -566,6 +565,8 @@ func dripUntilCut(addr, first, drip string, limit time.Duration) string {
 }
 
 // dripRequest sends a whole request one byte at a time over about d, then reads the answer.
+// Each byte has its time (a fixed gap after each would add every sleep's overshoot, and on a
+// loaded machine run past the server's read timeout).
 func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -573,12 +574,12 @@ func dripRequest(addr string, req []byte, d time.Duration) rawAnswer {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(d + 10*time.Second))
-	gap := d / time.Duration(len(req))
+	begin := time.Now()
 	for i := range req {
 		if _, err := c.Write(req[i : i+1]); err != nil {
 			return rawAnswer{err: err}
 		}
-		time.Sleep(gap)
+		time.Sleep(time.Until(begin.Add(d * time.Duration(i+1) / time.Duration(len(req)))))
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -595,6 +596,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // closed connection at once, not after the 120 s read timeout (the sidecar runs with its real
 // timeouts here: a wait shows as the client's own deadline passing). Nothing reaches the target.
 func TestBareLFIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	const wait = 10 * time.Second // far below the read timeout, far above a loaded machine's answer
@@ -662,6 +664,7 @@ func TestBareLFIsRefusedAtOnce(t *testing.T) {
 // second 2 ms after the first) is served, on one keep-alive connection; a body's own bare LFs
 // are the body's, not line ends.
 func TestSplitRequestsAreServed(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	body := "{\n\"model\": \"gpt-4o-mini\",\n\n\"messages\": []\n}\n\n"
@@ -741,6 +744,7 @@ func rawParts(addr string, parts []string, wait time.Duration) rawAnswers {
 // with nothing of the first one's bytes (or the connection is closed after the answer, where
 // RFC 9112 section 6.3 asks for it).
 func TestRequestFraming(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	const marker = "GET /v1/models?smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -847,6 +851,7 @@ func describe(reqs []pt.Request) []string {
 // TestHostTricks: the target always gets its own Host, whatever the client says its host is;
 // a Host that makes the request ambiguous (two, none, a list, a path) is refused.
 func TestHostTricks(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	get := "GET /v1/models HTTP/1.1\r\n"
@@ -890,6 +895,7 @@ func TestHostTricks(t *testing.T) {
 // target that sends its own key, however they are spelt; the sidecar's own headers are not
 // read from their underscore forms; and no credential is ever written to the log.
 func TestCredentialTricks(t *testing.T) {
+	t.Parallel()
 	const token, targetKey, clientKey = "tok-inbound-not-a-key", "sk-target-not-a-key", "sk-client-not-a-key"
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0", "FAILOVER_TARGET_0_API_KEY=" + targetKey,
@@ -967,6 +973,7 @@ func TestCredentialTricks(t *testing.T) {
 // TestStickyIgnoresTheUnderscoreForm: with FAILOVER_STRATEGY=sticky, X_Session_Id is not
 // X-Session-Id: sessions sent that way all go in declared order, as without the header.
 func TestStickyIgnoresTheUnderscoreForm(t *testing.T) {
+	t.Parallel()
 	a, b := upstream(t), upstream(t)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_STRATEGY=sticky"}, timeouts)...)
 	for i := range 16 {
@@ -988,6 +995,7 @@ func TestStickyIgnoresTheUnderscoreForm(t *testing.T) {
 // and the connection serves the next request; CONNECT and the HTTP/2 preface are refused
 // (TestMalformedRequests).
 func TestUpgrades(t *testing.T) {
+	t.Parallel()
 	up, base := basedUpstream(t)
 	s := start(t, env([]string{"FAILOVER_TARGET_0_URL=" + base, "FAILOVER_TARGET_0_NAME=t0"}, timeouts)...)
 	const next = "GET /v1/models?next HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -1036,6 +1044,7 @@ func TestUpgrades(t *testing.T) {
 // attempt: the sidecar transfers to the next target, and nothing of the broken answer reaches
 // the client. An upstream's own X-Failover-* headers, in any spelling, never do.
 func TestHostileUpstreamAnswers(t *testing.T) {
+	t.Parallel()
 	body := pt.ChatCompletion("from the broken target")
 	broken := func(header ...string) pt.Step {
 		// Delay: written by hand on the socket, header lines as they are.

@@ -296,6 +296,7 @@ func matrixRows() []row {
 // Rows mostly wait on short timeouts, so they run concurrently, a few at a time, whatever
 // -parallel says (subtests run from several goroutines, as testing.T.Run allows).
 func TestFaultMatrix(t *testing.T) {
+	t.Parallel()
 	runConcurrently(t, matrixRows(), func(r row) string { return rowName(r.fam, r.name) }, playRow)
 }
 

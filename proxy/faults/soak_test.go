@@ -26,7 +26,7 @@ import (
 )
 
 // The soak runs mixed streaming and non-streaming traffic at high concurrency against three
-// targets, two of which fault at random (with a fixed seed), for about 30 s; set
+// targets, two of which fault at random (with a fixed seed), for about 10 s; set
 // FAILOVER_SOAK to a Go duration to run it longer, e.g.
 //
 //	FAILOVER_SOAK=5m go test -race -run TestSoak -timeout 30m ./proxy/faults/
@@ -34,10 +34,10 @@ import (
 // (-short runs it for 5 s). Every request must get exactly one complete answer or a clean,
 // explicit error, and exactly one ledger record; a request fails only when a fault hit it
 // after its output began (the one failure no healthy target can repair), and then the client
-// sees an interrupted stream. Afterwards goroutines, open descriptors and the heap must be
-// back near where they started.
+// sees an interrupted stream. Every kind of fault must have been injected. Afterwards
+// goroutines, open descriptors and the heap must be back near where they started.
 const (
-	soakDefault = 30 * time.Second
+	soakDefault = 10 * time.Second // on two cores some 25,000 requests and 5,000 faults (half as many under -race), each kind of fault a dozen times at least
 	soakWorkers = 64
 	soakSeed    = 20260501
 )
@@ -146,8 +146,9 @@ var soakFaults = func() []soakFault {
 
 // flakyTarget answers like target who, failing a share of its calls with a fault drawn from
 // soakFaults, reproducibly: the draw depends only on the seed and the call number. It notes
-// the request ids that got a fault after output began.
-func flakyTarget(who string, share float64, seed uint64, after *sync.Map, injected *atomic.Int64) func(*pt.Request) pt.Step {
+// the request ids that got a fault after output began, and counts the faults of each kind
+// (injected is indexed as soakFaults).
+func flakyTarget(who string, share float64, seed uint64, after *sync.Map, injected []atomic.Int64) func(*pt.Request) pt.Step {
 	return func(r *pt.Request) pt.Step {
 		fam, stream := "chat", bytes.Contains(r.Body, []byte(`"stream":true`))
 		if strings.HasSuffix(r.URI, "/messages") {
@@ -165,12 +166,12 @@ func flakyTarget(who string, share float64, seed uint64, after *sync.Map, inject
 			}
 		}
 		n := rng.IntN(total)
-		for _, f := range soakFaults {
+		for i, f := range soakFaults {
 			if f.stream != 0 && (f.stream == 1) != stream {
 				continue
 			}
 			if n -= f.weight; n < 0 {
-				injected.Add(1)
+				injected[i].Add(1)
 				if f.after {
 					after.Store(r.Header["X-Request-Id"], f.name)
 				}
@@ -282,18 +283,20 @@ func settle(base resources, goroutines, fds int, limit time.Duration) resources 
 	}
 }
 
+// Not parallel: it counts the process's goroutines and open descriptors, so it runs alone,
+// before the parallel tests start.
 func TestSoak(t *testing.T) {
 	d := soakDuration(t)
 	base := quiesce(15 * time.Second) // earlier tests' servers and connections wind down first
 	t.Logf("soak: %v, %d workers, seed %d; baseline %d goroutines, %d fds, %d KiB heap", d, soakWorkers, soakSeed, base.goroutines, base.fds, base.heap>>10)
 
 	var after sync.Map // request id → the after-commit fault it got
-	var injected atomic.Int64
+	injected := make([]atomic.Int64, len(soakFaults))
 	ups := make([]*pt.Upstream, 3)
 	shares := []float64{0.3, 0.2, 0}
 	var urls []string
 	for i := range ups {
-		u, err := pt.NewResponder(flakyTarget(fmt.Sprintf("t%d", i), shares[i], soakSeed+uint64(i), &after, &injected))
+		u, err := pt.NewResponder(flakyTarget(fmt.Sprintf("t%d", i), shares[i], soakSeed+uint64(i), &after, injected))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -437,10 +440,20 @@ func TestSoak(t *testing.T) {
 		problem("log line is not JSON: %.200s", l)
 	}
 	ledger.mu.Unlock()
-	total := len(views)
-	t.Logf("%d requests (%.0f/s), %d faults injected: %v", total, float64(total)/d.Seconds(), injected.Load(), counts)
+	total, faults := len(views), int64(0)
+	kinds := make([]string, 0, len(soakFaults))
+	for i, f := range soakFaults {
+		faults += injected[i].Load()
+		kinds = append(kinds, fmt.Sprintf("%s=%d", f.name, injected[i].Load()))
+	}
+	t.Logf("%d requests (%.0f/s), %d faults injected: %v; %s", total, float64(total)/d.Seconds(), faults, counts, strings.Join(kinds, ", "))
 	if total < soakWorkers {
 		t.Errorf("only %d requests in %v", total, d)
+	}
+	for i, f := range soakFaults {
+		if injected[i].Load() == 0 {
+			t.Errorf("no %q fault was injected in %v: the soak did not try every kind", f.name, d)
+		}
 	}
 	for _, p := range problems {
 		t.Error(p)
