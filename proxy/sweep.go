@@ -35,12 +35,12 @@ func (ex *exchange) run() {
 		return
 	}
 	for n := 1; ; n++ {
-		a := &ex.cur
-		*a = attempt{t: t, n: n}
+		a := &ex.tries[0]
+		a.begin(t, n)
 		v, next := ex.step(a, resumeTry{})
 		switch {
 		case a.cut:
-			ex.closeConn()
+			a.closeConn()
 			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 			return
 		case v.Action == classify.ActionCommit:
@@ -53,7 +53,7 @@ func (ex *exchange) run() {
 			ex.answer(a, v, ex.stopOutcome(v))
 			return
 		case v.Action == classify.ActionRetry:
-			ex.closeConn()
+			a.closeConn()
 			if !ex.sleep(v.Wait) {
 				if ex.gone {
 					ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, observe.OutcomeCancelled)
@@ -64,7 +64,7 @@ func (ex *exchange) run() {
 				return
 			}
 		default: // a transfer, to the candidate step found for it
-			ex.closeConn()
+			a.closeConn()
 		}
 		t = next
 	}
