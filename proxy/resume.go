@@ -471,7 +471,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	delivered := len(r.tr.Text())
 	r.resumes++
 	p.release() // the start of an event the upstream was cut inside never goes out
-	a := p.a // the cut attempt: its slot takes the resume's
+	a := p.a    // the cut attempt: its slot takes the resume's
 	a.up.reusable = false
 	a.closeConn()
 	rt := resumeTry{r: r, form: ex.resumeForm(next)}
