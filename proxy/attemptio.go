@@ -88,6 +88,16 @@ func (ex *exchange) do(a *attempt) {
 // writes only a: a hedge race runs it on a goroutine of its own (hedge.go), with stop its
 // own. A client who left (netio.ErrClientGone from stop) is noted in a.gone, for the owner.
 func (ex *exchange) send(a *attempt, stop netio.Stop) {
+	ex.exchangeIO(a, stop)
+	a.leg.hold(nil)
+	if ex.srv.cfg.Hedge.After.On() {
+		a.done = time.Now() // for its time to commit (hedge.go): read only while hedging is on
+	}
+}
+
+// exchangeIO is send's work: the request out, the answer's head in, its body held or its stream
+// peeked until the gate decides.
+func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 	s, t := ex.srv, a.t
 	cfg := &s.cfg.Server
 	up := &a.up
@@ -104,6 +114,7 @@ func (ex *exchange) send(a *attempt, stop netio.Stop) {
 			ex.fail(a, err)
 			return
 		}
+		a.leg.hold(c) // a race may cut the attempt from now on (hedge.go)
 		// The wait for the answer may begin within the write, bounded as the answer's own
 		// wait is, from a reading taken just before it.
 		a.sent, waited, err = c.Send(up.head, up.body, writeBy, ex.headerDeadline(a, time.Now()), stop)
@@ -183,6 +194,9 @@ func (ex *exchange) fail(a *attempt, err error) {
 		a.up.conn = nil
 	}
 	a.kind = classify.KindTransport
+	if why := a.leg.cut(); why != nil {
+		err = why // a race cut it: the error the cut socket gave says nothing of the target
+	}
 	switch err {
 	case netio.ErrClientGone:
 		a.gone = true

@@ -71,7 +71,8 @@ type exchange struct {
 	lease    probeLease // the probe the current attempt's target (or a transfer's next) was handed out as
 
 	// The attempts: the sweep's and a resume's use tries[0]; a hedge race uses both (hedge.go).
-	tries [2]attempt
+	tries  [2]attempt
+	racing raceState // a hedge race's channel and timer (hedge.go), made at the first race
 
 	// The answer.
 	start           time.Time     // the request's arrival
@@ -85,6 +86,8 @@ type exchange struct {
 	gone     bool
 	stopFn   netio.Stop         // ex.stop, made once: every wait on an upstream asks it
 	acceptFn func(pos int) bool // ex.mayFit, made once
+	// hedgeAcceptFn is ex.hedgeAccept, made once.
+	hedgeAcceptFn func(pos int) bool
 	// tooSmall are the models a context-window error showed too small for the request's
 	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
 	// of ex.Model, both fixed while the request runs.
@@ -94,7 +97,7 @@ type exchange struct {
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s}
-	ex.stopFn, ex.hijackFn, ex.acceptFn = ex.stop, ex.hijacked, ex.mayFit
+	ex.stopFn, ex.hijackFn, ex.acceptFn, ex.hedgeAcceptFn = ex.stop, ex.hijacked, ex.mayFit, ex.hedgeAccept
 	return ex
 }
 

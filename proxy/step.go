@@ -24,6 +24,7 @@ type attempt struct {
 	n  int      // 1-based attempt number
 	up upstream // the upstream side: the request sent, the connection, the answer read
 	result
+	leg leg // what a hedge race needs to run the attempt's I/O beside the other (hedge.go)
 }
 
 // begin readies a for a try on t as the request's attempt n: its result is cleared, its
@@ -88,10 +89,15 @@ type result struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
 	commitReason  stream.CommitReason
-	cut           bool // the shutdown timeout ended the attempt, or came before it: nothing is known of the target
-	exhausted     bool // its transfer found no candidate left: the sweep ends with its answer (observe.OutcomeExhausted)
-	gone          bool // its wait ended because the client left (netio.ErrClientGone)
-	lost          bool // a hedge race cut it: the other attempt committed first (hedge.go)
+	cut           bool      // the shutdown timeout ended the attempt, or came before it: nothing is known of the target
+	exhausted     bool      // its transfer found no candidate left: the sweep ends with its answer (observe.OutcomeExhausted)
+	gone          bool      // its wait ended because the client left (netio.ErrClientGone)
+	lost          bool      // a hedge race cut it: the other attempt committed first (hedge.go)
+	done          time.Time // when its I/O ended: for a commit, the commit (its time to commit runs from sent)
+	// mark is its part in a hedge race, and offset, for a hedge, when it started after the
+	// request's arrival (observe.Entry).
+	mark   observe.HedgeMark
+	offset time.Duration
 }
 
 // errLost is the netio.Stop of an attempt that a hedge race cut because the other attempt
@@ -139,6 +145,12 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	ex.do(a)
 	ex.absorb(a)
+	return ex.settle(a, rt)
+}
+
+// settle decides attempt a, whose I/O has ended, and executes the verdict's effects: steps 2 to
+// 4 of step, which a hedge race (hedge.go) also takes for the attempt that ends it.
+func (ex *exchange) settle(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	if a.cut {
 		// The sidecar, not the target, ended the attempt: like a client leaving, it has no
 		// health effect and is no failure to recover from.
@@ -154,6 +166,9 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	v := ex.judge(&o)
 	if rt.r != nil {
 		return ex.settleResume(a, rt, &o, v)
+	}
+	if v.Action == classify.ActionCommit {
+		ex.observeCommit(a)
 	}
 	ex.applyHealth(a, v)
 	ex.settleProbe(nil) // the attempt's own probe, before a transfer's candidate may take another
@@ -380,7 +395,8 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 		phase = observe.PhaseCommitted
 	}
 	e := observe.Entry{Target: t.Name, Status: a.status, Class: v.Class, Reason: v.Reason, Phase: phase,
-		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))}
+		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry)),
+		Hedge: a.mark, Offset: a.offset}
 	ex.Ledger.Add(e)
 	t.metrics.Attempt(v.Class, v.Action)
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {

@@ -34,10 +34,19 @@ func (ex *exchange) run() {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
 		return
 	}
-	for n := 1; ; n++ {
+	if s.cfg.Hedge.After.On() {
+		s.hedges.Request(now)
+	}
+	for {
 		a := &ex.tries[0]
-		a.begin(t, n)
-		v, next := ex.step(a, resumeTry{})
+		a.begin(t, ex.Ledger.Len()+1)
+		var v classify.Verdict
+		var next *Target
+		if delay, ok := ex.raceable(a); ok {
+			v, next, a = ex.race(a, delay)
+		} else {
+			v, next = ex.step(a, resumeTry{})
+		}
 		switch {
 		case a.cut:
 			a.closeConn()
