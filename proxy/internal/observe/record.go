@@ -64,9 +64,9 @@ type Entry struct {
 type HedgeMark uint8
 
 const (
-	HedgeNone      HedgeMark = iota // no race
-	HedgeMarkWon                    // it committed first
-	HedgeMarkLost                   // the other committed first: it was cut
+	HedgeNone     HedgeMark = iota // no race
+	HedgeMarkWon                   // it committed first
+	HedgeMarkLost                  // the other committed first: it was cut
 )
 
 var hedgeMarkNames = [...]string{"", "won", "lost"}
