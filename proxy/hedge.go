@@ -249,8 +249,8 @@ func (ex *exchange) cutLegs(a, b *attempt, why uint32) {
 
 // cutLost cuts attempt x, which the other attempt of its race beat, waits for its I/O to end,
 // and records it as lost: no health effect (its target was only slower), its connection closed,
-// never pooled, and its time so far kept as one of its target's times to commit, which it would
-// have taken at least (hedgeDelay reads them).
+// never pooled, and its time so far kept among its target's times to commit as a lower bound
+// (budget.CommitTimes.ObserveLost).
 func (ex *exchange) cutLost(x *attempt) {
 	x.leg.stopWith(legLost)
 	for d := range ex.racing.ended {
@@ -261,8 +261,8 @@ func (ex *exchange) cutLost(x *attempt) {
 	}
 	x.up.reusable = false
 	x.closeConn()
-	if !x.sent.IsZero() {
-		ex.observeCommitTime(x.t, x.done.Sub(x.sent))
+	if !x.sent.IsZero() && ex.srv.cfg.Hedge.After.On() {
+		x.t.commits.ObserveLost(time.Now(), x.done.Sub(x.sent))
 	}
 	x.mark = observe.HedgeMarkLost
 	ex.record(x, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
