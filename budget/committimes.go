@@ -36,6 +36,13 @@ const (
 // CommitSamples of them, each counting for CommitWindow. Percentile reads their nearest-rank percentile, which
 // is kept computed (sorted once, read by every request) rather than sorted on every call.
 //
+// An attempt that a hedge race cut before it committed (ObserveLost) is a sample too, of which only a lower
+// bound is known: it would have taken at least as long as it ran. Without it, the slow answers that hedging
+// cuts would never be seen, and a percentile would forget the tail it is meant to find. Such a sample counts
+// in the rank, as at least its time, but is never the value a percentile returns: the rank walks down to the
+// nearest time that was seen to commit. Were it returned, each hedge would raise the delay of the next by the
+// time the hedge itself took, with no end.
+//
 // The zero value is ready to use. Safe for concurrent use (a mutex, held for a copy and at most a sort of 128
 // durations); Observe and Percentile never allocate. It must not be copied after first use.
 type CommitTimes struct {
@@ -43,12 +50,12 @@ type CommitTimes struct {
 	started bool      // a sample came in: origin is set
 	origin  time.Time // the first sample's time; times are kept as nanoseconds since it
 	at      [CommitSamples]int64
-	d       [CommitSamples]time.Duration
+	d       [CommitSamples]int64 // the time in nanoseconds, shifted left by one; the low bit marks a lost attempt's
 	next    int // where the next sample goes in the ring
 	n       int // samples in the ring, up to CommitSamples
 
-	// The cache: the samples in the window when it was computed, sorted.
-	sorted     [CommitSamples]time.Duration
+	// The cache: the samples in the window when it was computed, sorted (as in d).
+	sorted     [CommitSamples]int64
 	sortedN    int
 	computed   bool
 	computedAt int64 // since origin
@@ -58,12 +65,18 @@ type CommitTimes struct {
 
 // Observe records that an attempt committed d after it started, at now (from the clock the caller reads for
 // every call). A negative d counts as 0.
-func (c *CommitTimes) Observe(now time.Time, d time.Duration) {
+func (c *CommitTimes) Observe(now time.Time, d time.Duration) { c.observe(now, d, 0) }
+
+// ObserveLost records that an attempt was cut at now before it committed, d after it started: it would
+// have taken at least d.
+func (c *CommitTimes) ObserveLost(now time.Time, d time.Duration) { c.observe(now, d, 1) }
+
+func (c *CommitTimes) observe(now time.Time, d time.Duration, lost int64) {
 	c.mu.Lock()
 	if !c.started {
 		c.started, c.origin = true, now
 	}
-	c.at[c.next], c.d[c.next] = int64(now.Sub(c.origin)), max(d, 0)
+	c.at[c.next], c.d[c.next] = int64(now.Sub(c.origin)), int64(max(d, 0))<<1|lost
 	c.next = (c.next + 1) % CommitSamples
 	c.n = min(c.n+1, CommitSamples)
 	c.fresh++
@@ -71,8 +84,9 @@ func (c *CommitTimes) Observe(now time.Time, d time.Duration) {
 }
 
 // Percentile returns the p-th percentile (nearest rank: the smallest sample at or above p% of them; p is
-// clamped to 1..100) of the samples within CommitWindow of now. ok is false while there are fewer than
-// CommitMinSamples of them. The value may be up to 100 ms or 16 samples behind the latest (the cache).
+// clamped to 1..100) of the samples within CommitWindow of now, or, when that sample is a lost attempt's,
+// the largest commit below it. ok is false while there are fewer than CommitMinSamples of them, or no
+// commit at or below the rank. The value may be up to 100 ms or 16 samples behind the latest (the cache).
 func (c *CommitTimes) Percentile(now time.Time, p int) (d time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,7 +101,13 @@ func (c *CommitTimes) Percentile(now time.Time, p int) (d time.Duration, ok bool
 		return 0, false
 	}
 	k := (min(max(p, 1), 100)*c.sortedN + 99) / 100 // ceil(p/100 × n), from 1 to n
-	return c.sorted[k-1], true
+	for k > 0 && c.sorted[k-1]&1 == 1 {
+		k-- // a lost attempt's lower bound: the nearest commit below it
+	}
+	if k == 0 {
+		return 0, false
+	}
+	return time.Duration(c.sorted[k-1] >> 1), true
 }
 
 // HedgeDelay is how long an attempt on this target waits to commit before a hedge starts, in

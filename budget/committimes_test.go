@@ -240,3 +240,33 @@ func BenchmarkCommitTimes(b *testing.B) {
 		}
 	})
 }
+
+// A lost attempt counts in the rank as at least its time, but a percentile never returns it: a
+// rank that falls on one walks down to the nearest commit. Else each hedge would raise the next
+// one's delay by what the hedge itself took.
+func TestCommitTimesLostAttemptsCountButAreNeverTheDelay(t *testing.T) {
+	var c CommitTimes
+	now := time.Unix(1000, 0)
+	for i := range 90 {
+		c.Observe(now, time.Duration(400+i)*time.Millisecond) // 400..489 ms
+	}
+	for i := range 10 {
+		c.ObserveLost(now, time.Duration(1000+100*i)*time.Millisecond) // cut after 1 s and more
+	}
+	if d, ok := c.Percentile(now, 50); !ok || d != 449*time.Millisecond {
+		t.Errorf("p50 = %v, %v; want 449ms (the lost ones count in the rank, above the commits)", d, ok)
+	}
+	if d, ok := c.Percentile(now, 95); !ok || d != 489*time.Millisecond {
+		t.Errorf("p95 = %v, %v; want the largest commit, 489ms, not a lost attempt's time", d, ok)
+	}
+	var lost CommitTimes
+	for range CommitMinSamples {
+		lost.ObserveLost(now, time.Second)
+	}
+	if d, ok := lost.Percentile(now, 95); ok {
+		t.Errorf("p95 of lost attempts alone = %v; want none (no commit to read)", d)
+	}
+	if d := lost.HedgeDelay(now, 95, 0); d != HedgeDelayDefault {
+		t.Errorf("HedgeDelay = %v with only lost attempts, want the default", d)
+	}
+}

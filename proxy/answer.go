@@ -26,27 +26,28 @@ func (ex *exchange) commit(a *attempt, outcome observe.Outcome) {
 	ctx := ex.ctx
 	ex.Outcome, ex.Status = outcome, a.status
 	ex.served(a.t)
-	ex.copyResponseHeaders()
+	ex.copyResponseHeaders(a)
 	ctx.SetStatusCode(a.status)
 	ex.setFailoverHeaders(a.t)
-	if a.sse && a.ended && ex.gate.Finished() && !ex.gate.Failed() {
+	up := &a.up
+	if a.sse && a.ended && up.gate.Finished() && !up.gate.Failed() {
 		// The whole stream, terminal event included, arrived before commit: it goes out in one
 		// write, like a held response, and the upstream connection goes back to the pool.
 		ex.srv.metrics.StreamCommit(a.commitReason)
 		// The held bytes become the answer's body, and another buffer the gate's next held
 		// bytes: no copy, as for a held response (lendBody below). a.body, a view of them, is
 		// the answer's now, and read no more.
-		ex.gate.ReplaceHeld(ex.lendBody(ex.gate.Held()))
-		ex.reusable = ex.body.Reusable() && !ex.upResp.ConnectionClose()
-		ex.closeConn()
+		up.gate.ReplaceHeld(ex.lendBody(up.gate.Held()))
+		up.reusable = up.answer.Reusable() && !up.resp.ConnectionClose()
+		a.closeConn()
 		return
 	}
-	if a.sse || a.pipeRest && ex.body.Has() {
+	if a.sse || a.pipeRest && up.answer.Has() {
 		ex.startStream(a)
 		return
 	}
-	ex.respBody = ex.lendBody(a.body)[:0]
-	ex.closeConn()
+	up.held = ex.lendBody(a.body)[:0]
+	a.closeConn()
 }
 
 // lendBody makes b, a buffer of the exchange's, the answer's body without a copy, and returns
@@ -70,7 +71,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome observe.Outco
 		ex.Outcome, ex.Status = observe.OutcomeCancelled, 499
 		ctx.SetConnectionClose()
 		ctx.SetStatusCode(499)
-		ex.closeConn()
+		a.closeConn()
 		return
 	}
 	switch a.kind {
@@ -142,7 +143,7 @@ func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome observe.Outco
 		writeError(ctx, ex.Family, v.Status, code, msg)
 	}
 	ex.setFailoverHeaders(ex.servedBy)
-	ex.closeConn()
+	a.closeConn()
 }
 
 // served records that target t answered: its answer, or the sidecar's error about it, goes

@@ -74,46 +74,51 @@ func deadlineAfter(t time.Time, d time.Duration) time.Time {
 	return t.Add(d)
 }
 
-// closeConn drops the current upstream connection, or pools it when its response was read
-// to the end.
-func (ex *exchange) closeConn() {
-	c := ex.conn
-	if c == nil {
-		return
-	}
-	ex.conn = nil
-	if ex.reusable {
-		ex.cur.t.pool.Put(c)
-		return
-	}
-	c.Close()
-}
-
 // do performs one attempt up to its verdict: get a connection, send the request, wait for
 // the answer, read its head, then hold the body (non-streaming) or peek the stream until the
 // gate decides.
 func (ex *exchange) do(a *attempt) {
+	a.start = time.Now()
+	ex.buildRequest(a)
+	ex.send(a, ex.stopFn)
+}
+
+// send is an attempt's I/O, after buildRequest: everything do does but build the request. It
+// reads nothing of the exchange but the request's settings (family, streaming, HEAD), and
+// writes only a: a hedge race runs it on a goroutine of its own (hedge.go), with stop its
+// own. A client who left (netio.ErrClientGone from stop) is noted in a.gone, for the owner.
+func (ex *exchange) send(a *attempt, stop netio.Stop) {
+	ex.exchangeIO(a, stop)
+	a.leg.hold(nil)
+	if ex.srv.cfg.Hedge.After.On() {
+		a.done = time.Now() // for its time to commit (hedge.go): read only while hedging is on
+	}
+}
+
+// exchangeIO is send's work: the request out, the answer's head in, its body held or its stream
+// peeked until the gate decides.
+func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 	s, t := ex.srv, a.t
 	cfg := &s.cfg.Server
-	a.start = time.Now()
-	ex.reusable = false
-	ex.buildRequest(a)
+	up := &a.up
+	up.reusable = false
 	writeBy := deadlineAfter(a.start, cfg.AttemptTimeout)
 
 	var c *netio.Conn
 	for tries := 0; ; tries++ {
 		var err error
 		var dialed, waited time.Duration
-		c, dialed, err = t.pool.Get(ex.stopFn)
-		ex.waited += dialed // connecting (TCP and TLS) is the target's time, not the sidecar's
+		c, dialed, err = t.pool.Get(stop)
+		up.waited += dialed // connecting (TCP and TLS) is the target's time, not the sidecar's
 		if err != nil {
 			ex.fail(a, err)
 			return
 		}
+		a.leg.hold(c) // a race may cut the attempt from now on (hedge.go)
 		// The wait for the answer may begin within the write, bounded as the answer's own
 		// wait is, from a reading taken just before it.
-		a.sent, waited, err = c.Send(ex.upHead, ex.upBody, writeBy, ex.headerDeadline(a, time.Now()), ex.stopFn)
-		ex.waited += waited // a write that had to wait waited for the target to read, or to answer
+		a.sent, waited, err = c.Send(up.head, up.body, writeBy, ex.headerDeadline(a, time.Now()), stop)
+		up.waited += waited // a write that had to wait waited for the target to read, or to answer
 		if err != nil {
 			c.Close()
 			// A wait that ended before the write (its deadline, its Stop) is no refusal.
@@ -127,8 +132,8 @@ func (ex *exchange) do(a *attempt) {
 			ex.fail(a, err)
 			return
 		}
-		waited, err = c.Wait(ex.headerDeadline(a, a.sent), ex.stopFn)
-		ex.waited += waited
+		waited, err = c.Wait(ex.headerDeadline(a, a.sent), stop)
+		up.waited += waited
 		if err != nil {
 			c.Close()
 			ex.fail(a, err)
@@ -136,8 +141,8 @@ func (ex *exchange) do(a *attempt) {
 		}
 		break
 	}
-	ex.conn = c
-	resp := &ex.upResp
+	up.conn = c
+	resp := &up.resp
 	if silent, err := c.ReadHead(resp); err != nil {
 		if silent {
 			// The target closed or reset the connection without a byte of answer. How long
@@ -148,7 +153,7 @@ func (ex *exchange) do(a *attempt) {
 		ex.fail(a, err)
 		return
 	}
-	ex.body.Reset(c, resp, ex.head)
+	up.answer.Reset(c, resp, ex.head)
 	a.phase = observe.PhaseBeforeContent
 	a.status = resp.StatusCode()
 	a.ttfb = time.Since(a.sent)
@@ -166,7 +171,7 @@ func (ex *exchange) do(a *attempt) {
 	case ex.Family == stream.Image && success:
 		// A generated image is never paid for twice: commit at headers.
 		a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
-	case ex.Stream && success && ex.body.Has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
+	case ex.Stream && success && up.answer.Has() && hasPrefixFold(resp.Header.ContentType(), valueEventStream):
 		// (A HEAD's or a 204's answer has no stream to peek: it is read as a response, and
 		// classify sees it as one without a body, not as an empty stream.)
 		if enc := resp.Header.ContentEncoding(); len(enc) > 0 && !hasPrefixFold(enc, valueIdentity) {
@@ -176,23 +181,28 @@ func (ex *exchange) do(a *attempt) {
 			a.kind, a.truncated, a.pipeRest, a.commitReason = classify.KindResponse, true, true, stream.ReasonHeaders
 			return
 		}
-		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout))
+		ex.peek(a, deadlineAfter(a.sent, cfg.FirstByteTimeout), stop)
 	default:
-		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout))
+		ex.readBody(a, deadlineAfter(a.start, cfg.AttemptTimeout), stop)
 	}
 }
 
 // fail records an attempt that lost its connection or waited too long.
 func (ex *exchange) fail(a *attempt, err error) {
-	if ex.conn != nil {
-		ex.conn.Close()
-		ex.conn = nil
+	if a.up.conn != nil {
+		a.up.conn.Close()
+		a.up.conn = nil
 	}
 	a.kind = classify.KindTransport
+	if why := a.leg.cut(); why != nil {
+		err = why // a race cut it: the error the cut socket gave says nothing of the target
+	}
 	switch err {
 	case netio.ErrClientGone:
-		ex.gone = true
+		a.gone = true
 		a.transport = classify.TransportOther
+	case errLost:
+		a.transport, a.lost = classify.TransportOther, true
 	case netio.ErrShutdown:
 		a.transport, a.cut = classify.TransportOther, true
 	default:
@@ -229,10 +239,11 @@ func transportOf(err error) classify.Transport { return transports[netio.Failure
 
 // readBody holds a non-streaming response up to FAILOVER_MAX_RESPONSE_BYTES for the decision.
 // Past it, the response will commit and the rest is streamed through.
-func (ex *exchange) readBody(a *attempt, deadline time.Time) {
-	resp, c, body := &ex.upResp, ex.conn, &ex.body
+func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
+	up := &a.up
+	resp, c, body := &up.resp, up.conn, &up.answer
 	a.kind = classify.KindResponse
-	b := ex.respBody[:0]
+	b := up.held[:0]
 	limit := ex.srv.maxResponse
 	cl := resp.Header.ContentLength()
 	if body.Has() && cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
@@ -244,10 +255,10 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 			break
 		}
 		if !body.Ended() {
-			waited, err := c.Wait(deadline, ex.stopFn)
-			ex.waited += waited
+			waited, err := c.Wait(deadline, stop)
+			up.waited += waited
 			if err != nil {
-				ex.respBody = b
+				up.held = b
 				ex.fail(a, err)
 				return
 			}
@@ -262,21 +273,22 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time) {
 			continue
 		}
 		if err == io.EOF {
-			ex.reusable = body.Reusable() && !resp.ConnectionClose()
+			up.reusable = body.Reusable() && !resp.ConnectionClose()
 			break
 		}
-		ex.respBody = b
+		up.held = b
 		ex.fail(a, err)
 		return
 	}
-	ex.respBody = b
+	up.held = b
 	a.body = b
 }
 
 // peek holds an SSE stream until the gate decides: commit, error, or empty (README,
 // Streams: the pre-commit peek).
-func (ex *exchange) peek(a *attempt, deadline time.Time) {
-	g, c, body := &ex.gate, ex.conn, &ex.body
+func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
+	up := &a.up
+	g, c, body := &up.gate, up.conn, &up.answer
 	g.Reset(ex.Family, ex.srv.peek)
 	a.sse = true
 	if ex.srv.peek <= 0 {
@@ -286,8 +298,8 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 	}
 	for {
 		if !body.Ended() {
-			waited, err := c.Wait(deadline, ex.stopFn)
-			ex.waited += waited
+			waited, err := c.Wait(deadline, stop)
+			up.waited += waited
 			if err != nil {
 				ex.fail(a, err)
 				return
@@ -317,7 +329,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time) {
 			} else {
 				a.kind = classify.KindStreamEmpty
 			}
-			ex.reusable = body.Reusable() && !ex.upResp.ConnectionClose()
+			up.reusable = body.Reusable() && !up.resp.ConnectionClose()
 			return
 		}
 		ex.fail(a, err)

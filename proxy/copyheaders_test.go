@@ -53,9 +53,10 @@ func TestCopyResponseHeadersAsAWholeWalk(t *testing.T) {
 		ex := newExchange(&Server{clock: budget.SystemClock{}})
 		ex.ctx = &fasthttp.RequestCtx{}
 		ex.RequestID = []byte("ours")
-		up.CopyTo(&ex.upResp.Header)
-		ex.observeHead(&attempt{t: &Target{health: budget.NewHealth(&budget.Config{})}})
-		ex.copyResponseHeaders()
+		a := &attempt{t: &Target{health: budget.NewHealth(&budget.Config{})}}
+		up.CopyTo(&a.up.resp.Header)
+		ex.observeHead(a)
+		ex.copyResponseHeaders(a)
 		if got := ex.ctx.Response.Header.Header(); !bytes.Equal(got, want.Header()) {
 			t.Errorf("%q:\ngot  %q\nwant %q", head, got, want.Header())
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
-	"github.com/llm-failover/failover/stream"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
@@ -56,19 +55,12 @@ type exchange struct {
 	observe.Record
 
 	// The rest of the request, read once.
-	fields       requestFields
-	head         bool
-	tokenHeader  []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
-	connection   [][]byte // the options the client's Connection lines name (views into its header)
-	upConnection [][]byte // dropHopByHop's scratch space: the options an answer's Connection lines name
-	// What copyResponseHeaders needs of the answer whose head was read last, found by
-	// observeHead's walk over its lines (views into ex.upResp's header): its Connection lines,
-	// the names of its hop-by-hop and X-Failover-* lines, and its X-Request-Id.
-	upConnLines, upDrop [][]byte
-	upRequestID         []byte
-	reqBody             []byte // the client's body: valid while the handler runs
-	subBody             []byte // the body with a substituted model
-	uri                 []byte
+	fields      requestFields
+	head        bool
+	tokenHeader []byte   // the header that carried FAILOVER_INBOUND_TOKEN: never forwarded
+	connection  [][]byte // the options the client's Connection lines name (views into its header)
+	reqBody     []byte   // the client's body: valid while the handler runs
+	uri         []byte
 
 	// The sweep.
 	eligible []int
@@ -76,18 +68,11 @@ type exchange struct {
 	cands    []int
 	sweep    budget.Sweep
 	budget   budget.Request
-	cur      attempt
 	lease    probeLease // the probe the current attempt's target (or a transfer's next) was handed out as
 
-	// The current attempt's upstream exchange.
-	upHead   []byte // the upstream request's head, built by buildRequest
-	upBody   []byte // its body: the client's (valid while the handler runs), or subBody
-	upResp   fasthttp.Response
-	conn     *netio.Conn
-	body     netio.Body // the upstream response's body, read in place
-	respBody []byte
-	gate     stream.Gate
-	reusable bool // the upstream response was read to its end and the connection may be pooled
+	// The attempts: the sweep's and a resume's use tries[0]; a hedge race uses both (hedge.go).
+	tries  [2]attempt
+	racing raceState // a hedge race's channel and timer (hedge.go), made at the first race
 
 	// The answer.
 	start           time.Time     // the request's arrival
@@ -101,6 +86,8 @@ type exchange struct {
 	gone     bool
 	stopFn   netio.Stop         // ex.stop, made once: every wait on an upstream asks it
 	acceptFn func(pos int) bool // ex.mayFit, made once
+	// hedgeAcceptFn is ex.hedgeAccept, made once.
+	hedgeAcceptFn func(pos int) bool
 	// tooSmall are the models a context-window error showed too small for the request's
 	// prompt: passed over for the rest of the request (mayFit). Views of a target's _MODEL or
 	// of ex.Model, both fixed while the request runs.
@@ -110,7 +97,7 @@ type exchange struct {
 
 func newExchange(s *Server) *exchange {
 	ex := &exchange{srv: s}
-	ex.stopFn, ex.hijackFn, ex.acceptFn = ex.stop, ex.hijacked, ex.mayFit
+	ex.stopFn, ex.hijackFn, ex.acceptFn, ex.hedgeAcceptFn = ex.stop, ex.hijacked, ex.mayFit, ex.hedgeAccept
 	return ex
 }
 
@@ -151,7 +138,6 @@ func (ex *exchange) begin(ctx *fasthttp.RequestCtx) {
 	ex.Ledger.Reset()
 	ex.Outcome, ex.Status, ex.Target, ex.servedBy, ex.ServedModel = observe.OutcomeRejected, 0, "", nil, nil
 	ex.waited, ex.committedStream, ex.gone, ex.client, ex.tokenHeader = 0, false, false, netio.Peer{}, nil
-	ex.conn = nil
 }
 
 // policyNow is policy time (Options.Clock): what health, the budgets and the retry budget read.
@@ -203,7 +189,9 @@ func (ex *exchange) hijacked(c net.Conn) {
 func (ex *exchange) finish() {
 	s := ex.srv
 	now := time.Now()
-	ex.closeConn()
+	for i := range ex.tries {
+		ex.tries[i].closeConn()
+	}
 	if ex.lease.held() {
 		// Every lease ends in the attempt step (settleProbe): one held here is a bug, which
 		// would keep its target from every request for ever if it were not given back.
@@ -215,13 +203,17 @@ func (ex *exchange) finish() {
 	m := s.metrics
 	m.Request(ex.Family, ex.Outcome, ex.Duration, max(ex.Duration-ex.waited, 0))
 	ex.Log(s.log, now) // the time finish measured
-	ex.ctx, ex.reqBody, ex.upBody = nil, nil, nil
+	ex.ctx, ex.reqBody = nil, nil
 	ex.pipe = pipe{head: ex.pipe.head[:0], tail: ex.pipe.tail[:0]}
-	if cap(ex.respBody) > 1<<20 {
-		ex.respBody = nil
-	}
-	if cap(ex.subBody) > 1<<20 {
-		ex.subBody = nil
+	for i := range ex.tries {
+		up := &ex.tries[i].up
+		up.body = nil
+		if cap(up.held) > 1<<20 {
+			up.held = nil
+		}
+		if cap(up.sub) > 1<<20 {
+			up.sub = nil
+		}
 	}
 	if ex.resume != nil {
 		ex.resume.shed()

@@ -153,7 +153,8 @@ func (ex *exchange) buildRequest(a *attempt) {
 	t := a.t
 	rh, query := ex.requestHead()
 	ex.uri = appendUpstreamURI(ex.uri[:0], t, ex.Path, query)
-	b := append(ex.upHead[:0], rh.Method()...)
+	up := &a.up
+	b := append(up.head[:0], rh.Method()...)
 	b = append(b, ' ')
 	b = append(b, ex.uri...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
@@ -189,8 +190,8 @@ func (ex *exchange) buildRequest(a *attempt) {
 
 	body := ex.reqBody
 	if t.model != nil && ex.fields.modelStart >= 0 {
-		ex.subBody = appendSubstitutedBody(ex.subBody[:0], ex.reqBody, &ex.fields, t.model)
-		body = ex.subBody
+		up.sub = appendSubstitutedBody(up.sub[:0], ex.reqBody, &ex.fields, t.model)
+		body = up.sub
 	}
 	// As fasthttp writes a request: a length for any body, and for every method but GET and
 	// HEAD even when empty.
@@ -199,8 +200,8 @@ func (ex *exchange) buildRequest(a *attempt) {
 		b = strconv.AppendInt(b, int64(len(body)), 10)
 		b = append(b, '\r', '\n')
 	}
-	ex.upHead = append(b, '\r', '\n')
-	ex.upBody = body
+	up.head = append(b, '\r', '\n')
+	up.body = body
 }
 
 // maxConnectionOptions bounds the options a request's Connection lines may name. Each one is
@@ -357,8 +358,9 @@ func acceptsEventStream(accept []byte) bool {
 
 // copyResponseHeaders copies the upstream's response headers to the client, minus hop-by-hop
 // headers (and those its Connection lines name) and the upstream's X-Failover-*.
-func (ex *exchange) copyResponseHeaders() {
-	up := &ex.upResp.Header
+func (ex *exchange) copyResponseHeaders(a *attempt) {
+	u := &a.up
+	up := &u.resp.Header
 	h := &ex.ctx.Response.Header
 	up.CopyTo(h)
 	// CopyTo also copies the upstream header's own "no default Content-Type" flag, which is
@@ -368,17 +370,17 @@ func (ex *exchange) copyResponseHeaders() {
 	// no option of their own (keep-alive names a hop-by-hop header anyway), those are all of
 	// them; otherwise dropHopByHop walks the copy with the options in hand: close among them
 	// (which would drop a header named Close).
-	if opts, ok := appendConnectionOptions(ex.upConnection[:0], ex.upConnLines); ok && len(opts) == 0 {
-		for _, k := range ex.upDrop {
+	if opts, ok := appendConnectionOptions(u.connection[:0], u.connLines); ok && len(opts) == 0 {
+		for _, k := range u.drop {
 			h.DelBytes(k) // every line of that name
 		}
 	} else {
-		ex.upConnection = dropHopByHop(h, ex.upConnLines, opts)
+		u.connection = dropHopByHop(h, u.connLines, opts)
 	}
 	h.ResetConnectionClose()
 	// X-Request-Id becomes the sidecar's (setFailoverHeaders); the provider's own id (OpenAI's
 	// req_..., the one its support asks for) goes back under a name of its own.
-	if id := ex.upRequestID; len(id) > 0 && !bytes.Equal(id, ex.RequestID) {
+	if id := u.requestID; len(id) > 0 && !bytes.Equal(id, ex.RequestID) {
 		h.SetCanonical(headerUpstreamID, id)
 	}
 }

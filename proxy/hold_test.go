@@ -38,9 +38,9 @@ func loopbackPair(tb testing.TB) (accepted, dialled net.Conn) {
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	w, peer := loopbackPair(t)
 	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
-	ex.gate.Reset(stream.Chat, 0) // commits at headers
-	ex.gate.Feed(nil)
-	p := &pipe{ex: ex, sse: true}
+	ex.tries[0].up.gate.Reset(stream.Chat, 0) // commits at headers
+	ex.tries[0].up.gate.Feed(nil)
+	p := &pipe{ex: ex, a: &ex.tries[0], sse: true}
 	received := func(n int) string {
 		t.Helper()
 		b := make([]byte, n)
@@ -53,7 +53,7 @@ func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	read := func(data string) {
 		t.Helper()
 		d := []byte(data)
-		if err := p.forward(w, nil, d, ex.gate.Observe(d)); err != nil {
+		if err := p.forward(w, nil, d, ex.tries[0].up.gate.Observe(d)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,8 +90,8 @@ func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	go io.Copy(io.Discard, peer) // ends when the test closes the connection
 	first, second := []byte(a+b[:9]), []byte(b[9:])
 	allocs := testing.AllocsPerRun(100, func() {
-		p.forward(w, nil, first, ex.gate.Observe(first)) // the peer reads all
-		p.forward(w, nil, second, ex.gate.Observe(second))
+		p.forward(w, nil, first, ex.tries[0].up.gate.Observe(first)) // the peer reads all
+		p.forward(w, nil, second, ex.tries[0].up.gate.Observe(second))
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per event held and sent, want 0", allocs)
@@ -113,7 +113,7 @@ func BenchmarkPipeForward(b *testing.B) {
 			w, peer := loopbackPair(b)
 			go io.Copy(io.Discard, peer) // ends when the benchmark closes the connection
 			ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: time.Minute}}}}
-			p := &pipe{ex: ex, sse: true, chunked: true}
+			p := &pipe{ex: ex, a: &ex.tries[0], sse: true, chunked: true}
 			var reads [][]byte
 			for range 20 {
 				ev := []byte(`data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}` + "\n\n")
@@ -125,10 +125,10 @@ func BenchmarkPipeForward(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				ex.gate.Reset(stream.Chat, 0)
-				ex.gate.Feed(nil)
+				ex.tries[0].up.gate.Reset(stream.Chat, 0)
+				ex.tries[0].up.gate.Feed(nil)
 				for _, r := range reads {
-					if err := p.forward(w, nil, r, ex.gate.Observe(r)); err != nil {
+					if err := p.forward(w, nil, r, ex.tries[0].up.gate.Observe(r)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -171,15 +171,15 @@ func TestPipeMovesTheWriteDeadlineOncePerSlack(t *testing.T) {
 	w, peer := loopbackPair(t)
 	dc := &deadlineConn{Conn: w, t: t, idle: idle, slack: writeSlack(idle)}
 	ex := &exchange{srv: &Server{cfg: &config.Config{Server: config.ServerConfig{IdleTimeout: idle}}}}
-	ex.gate.Reset(stream.Chat, 0)
-	ex.gate.Feed(nil)
-	p := &pipe{ex: ex, sse: true}
+	ex.tries[0].up.gate.Reset(stream.Chat, 0)
+	ex.tries[0].up.gate.Feed(nil)
+	p := &pipe{ex: ex, a: &ex.tries[0], sse: true}
 	go io.Copy(io.Discard, peer) // ends when the test closes the connection
 	const events, gap = 40, 2 * time.Millisecond
 	ev := []byte("data: {\"a\":1}\n\n")
 	began := time.Now()
 	for range events {
-		if err := p.forward(dc, nil, ev, ex.gate.Observe(ev)); err != nil {
+		if err := p.forward(dc, nil, ev, ex.tries[0].up.gate.Observe(ev)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(gap)

@@ -65,7 +65,7 @@ func (ex *exchange) startStream(a *attempt) {
 	p := &ex.pipe
 	*p = pipe{ex: ex, a: a, sse: a.sse, head: p.head[:0], tail: p.tail[:0]}
 	if a.sse {
-		p.held = ex.gate.Held()
+		p.held = a.up.gate.Held()
 		ex.srv.metrics.StreamCommit(a.commitReason)
 	} else {
 		p.held = a.body
@@ -93,7 +93,7 @@ func (ex *exchange) startStream(a *attempt) {
 	if a.sse && ex.srv.cfg.Resume.On() {
 		p.res = ex.prepareResume() // nil unless the request may be resumed
 	}
-	ex.reqBody, ex.upBody = nil, nil // released with the request context; only a resume follows a commit
+	ex.reqBody, a.up.body = nil, nil // released with the request context; only a resume follows a commit
 	ex.committedStream = true
 	// Whatever verdict let it out (a commit, or a stop or an exhausted sweep whose answer is
 	// larger than the response buffer), a piped answer is committed: its bytes reach the client
@@ -148,17 +148,18 @@ type streamJob struct {
 // a committed stream, its held bytes sent, no longer needs: the stream keeps its exchange for
 // its whole life, and an idle stream should hold what it uses, not the largest response or
 // prompt its exchange once carried.
-func (ex *exchange) shed() {
-	if cap(ex.respBody) > shedAbove {
-		ex.respBody = nil
+func (a *attempt) shed() {
+	up := &a.up
+	if cap(up.held) > shedAbove {
+		up.held = nil
 	}
-	if cap(ex.subBody) > shedAbove {
-		ex.subBody = nil
+	if cap(up.sub) > shedAbove {
+		up.sub = nil
 	}
-	if cap(ex.upHead) > shedAbove {
-		ex.upHead = nil
+	if cap(up.head) > shedAbove {
+		up.head = nil
 	}
-	ex.gate.Shed(shedAbove)
+	up.gate.Shed(shedAbove)
 }
 
 // shedAbove is the capacity past which shed drops a buffer.
@@ -188,17 +189,16 @@ var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, netio.ReadBuf
 // the client has been shown. An interruption the stream may be resumed from goes on with the
 // continuation (tryResume).
 func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
-	ex := p.ex
 	defer p.release()
 	whole := len(p.held)
 	if p.sse {
-		whole = ex.gate.HeldWhole()
+		whole = p.a.up.gate.HeldWhole()
 	}
 	if err := p.forward(w, p.head, p.held, whole); err != nil {
 		return false, true
 	}
 	p.held, p.a.body = nil, nil
-	ex.shed()
+	p.a.shed()
 	for {
 		err := p.pump(w)
 		if p.res != nil {
@@ -221,7 +221,7 @@ func (p *pipe) run(w net.Conn) (clean, clientLeft bool) {
 // without one (netio.Conn.ExpectLongWaits): an idle stream waits minutes between events.
 func (p *pipe) pump(w net.Conn) error {
 	ex := p.ex
-	c, body := ex.conn, &ex.body
+	c, body := p.a.up.conn, &p.a.up.answer
 	if c == nil {
 		return p.bodyEnded(w, io.EOF)
 	}
@@ -257,7 +257,7 @@ func (p *pipe) pump(w net.Conn) error {
 		}
 		whole := len(data)
 		if p.sse {
-			whole = ex.gate.Observe(data)
+			whole = p.a.up.gate.Observe(data)
 		}
 		err = p.forward(w, nil, data, whole)
 		body.Consume(len(data))
@@ -278,11 +278,11 @@ func (p *pipe) bodyEnded(w net.Conn, err error) error {
 	if err != io.EOF || !p.sse {
 		return err
 	}
-	end := p.ex.gate.OpenEventEnd()
+	end := p.a.up.gate.OpenEventEnd()
 	if end == nil {
 		return err
 	}
-	if ferr := p.forward(w, nil, end, p.ex.gate.Observe(end)); ferr != nil {
+	if ferr := p.forward(w, nil, end, p.a.up.gate.Observe(end)); ferr != nil {
 		return netio.ErrClientGone
 	}
 	if p.res != nil && p.res.stopped() {
@@ -309,7 +309,7 @@ func (p *pipe) finishBody(w net.Conn, err error) (clean, clientLeft bool) {
 	if msg := p.interruption(err); msg != "" {
 		return p.interrupt(w, msg)
 	}
-	if p.sse && p.ex.gate.Failed() {
+	if p.sse && p.a.up.gate.Failed() {
 		// The upstream's own error event reached the client, which needs no second one; the
 		// body is still left unterminated, even after a proper final event, so that a client
 		// reading only the transport sees the failure too.
@@ -337,9 +337,9 @@ func (p *pipe) interruption(err error) string {
 		return "the continuation sent an event too large to splice"
 	case err != io.EOF:
 		return "the upstream connection failed after output began"
-	case p.sse && p.ex.gate.Failed():
+	case p.sse && p.a.up.gate.Failed():
 		return ""
-	case p.sse && !p.ex.gate.Finished():
+	case p.sse && !p.a.up.gate.Finished():
 		return "the upstream ended the stream without its final event"
 	}
 	return ""
@@ -353,7 +353,7 @@ func (p *pipe) interruption(err error) string {
 // reset, a stall): no second one is added.
 func (p *pipe) interrupt(w net.Conn, msg string) (clean, clientLeft bool) {
 	p.interrupted = true
-	if p.sse && (!p.ex.gate.Failed() || p.res != nil && len(p.res.errEvent) > 0) {
+	if p.sse && (!p.a.up.gate.Failed() || p.res != nil && len(p.res.errEvent) > 0) {
 		return p.sendInterruption(w, msg)
 	}
 	return false, false
@@ -519,7 +519,7 @@ func writeSlack(idle time.Duration) time.Duration { return min(time.Second, idle
 func (p *pipe) end(clientLeft bool) {
 	ex := p.ex
 	clientLeft = clientLeft || ex.gone
-	if p.sse && ex.gate.Failed() {
+	if p.sse && p.a.up.gate.Failed() {
 		// The upstream's own error event reached the client: the stream failed after output
 		// began, however it ended (finishBody does not terminate such a body).
 		p.interrupted = true
@@ -531,8 +531,9 @@ func (p *pipe) end(clientLeft bool) {
 	case p.interrupted:
 		ex.Outcome = observe.OutcomePartial
 	}
-	ex.reusable = !clientLeft && ex.body.Reusable() && !ex.upResp.ConnectionClose()
-	ex.closeConn()
+	up := &p.a.up
+	up.reusable = !clientLeft && up.answer.Reusable() && !up.resp.ConnectionClose()
+	p.a.closeConn()
 	ex.finish()
 }
 

@@ -20,8 +20,9 @@ func (ex *exchange) observeHead(a *attempt) {
 	var scan budget.RateLimitScan
 	var ra, ms []byte
 	var hasRA, hasMs, hasID bool // the first line of each name counts, as a lookup would find it
-	ex.upConnLines, ex.upDrop, ex.upRequestID = ex.upConnLines[:0], ex.upDrop[:0], nil
-	for k, v := range ex.upResp.Header.All() {
+	up := &a.up
+	up.connLines, up.drop, up.requestID = up.connLines[:0], up.drop[:0], nil
+	for k, v := range up.resp.Header.All() {
 		// fasthttp gives each name in canonical form (it normalises the head it reads).
 		switch {
 		case !hasRA && bytes.Equal(k, headerRetryAfter):
@@ -29,14 +30,14 @@ func (ex *exchange) observeHead(a *attempt) {
 		case !hasMs && bytes.Equal(k, headerRetryAfterMs):
 			ms, hasMs = v, true
 		case !hasID && bytes.Equal(k, headerRequestID):
-			ex.upRequestID, hasID = v, true
+			up.requestID, hasID = v, true
 		case hopByHop.has(k):
-			ex.upDrop = append(ex.upDrop, k)
+			up.drop = append(up.drop, k)
 			if sameName(k, headerConnection) {
-				ex.upConnLines = append(ex.upConnLines, v)
+				up.connLines = append(up.connLines, v)
 			}
 		case hasFailoverPrefix(k):
-			ex.upDrop = append(ex.upDrop, k)
+			up.drop = append(up.drop, k)
 		default:
 			scan.Header(k, v)
 		}

@@ -471,21 +471,21 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 	delivered := len(r.tr.Text())
 	r.resumes++
 	p.release() // the start of an event the upstream was cut inside never goes out
-	ex.reusable = false
-	ex.closeConn()
+	a := p.a    // the cut attempt: its slot takes the resume's
+	a.up.reusable = false
+	a.closeConn()
 	rt := resumeTry{r: r, form: ex.resumeForm(next)}
-	a := &ex.cur
 	var v classify.Verdict
 	for {
 		ex.continuationBody(rt.form)
-		*a = attempt{t: next, n: ex.Ledger.Len() + 1}
+		a.begin(next, ex.Ledger.Len()+1)
 		v, _ = ex.step(a, rt)
 		if v.Reason != classify.ReasonPrefillRefused || v.Action != classify.ActionRetry {
 			break
 		}
 		// The target refused the prefill: it is asked again by instruction, as part of the
 		// same resume (step allowed it).
-		ex.closeConn()
+		a.closeConn()
 		rt.form = config.ResumeInstruct
 	}
 	if v.Action != classify.ActionCommit {
@@ -498,7 +498,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		} else if !ex.gone {
 			next.metrics.Resume(observe.ResumeFailed)
 		}
-		ex.closeConn()
+		a.closeConn()
 		if ex.gone {
 			return resumeEnded, true
 		}
@@ -524,10 +524,10 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		return resumeEnded, true
 	}
 	if !r.stopped() {
-		p.keep(nil, ex.gate.Held()[r.whole:])
+		p.keep(nil, a.up.gate.Held()[r.whole:])
 	}
 	a.body = nil
-	ex.shed()
+	a.shed()
 	return resumeContinues, false
 }
 
@@ -535,9 +535,9 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 // start with text (stream.Transcript: Splice, Rewrite, Continues), in form; the events it
 // rewrote wait in r.out. It reports false when the continuation cannot go on the client's
 // stream (a tool call or reasoning first): the resume then stops.
-func (r *resumption) accept(ex *exchange, form config.ResumeMode) bool {
-	held := ex.gate.Held()
-	r.whole = ex.gate.HeldWhole()
+func (r *resumption) accept(a *attempt, form config.ResumeMode) bool {
+	held := a.up.gate.Held()
+	r.whole = a.up.gate.HeldWhole()
 	r.tr.Splice(form == config.ResumeInstruct)
 	r.out, r.rewrote, r.contErr = r.tr.Rewrite(r.out[:0], held[:r.whole])
 	return r.tr.Continues()

@@ -47,6 +47,7 @@ type Server struct {
 	metrics  *observe.Metrics
 	clock    budget.Clock // policy time (Options.Clock)
 	retries  *budget.RetryBudget
+	hedges   *budget.HedgeBudget // FAILOVER_HEDGE_BUDGET_RATIO (hedge.go)
 
 	inboundToken []byte
 	instruction  []byte // FAILOVER_RESUME_INSTRUCTION as a JSON string (resume.go)
@@ -134,6 +135,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		t.metrics = s.metrics.Target(i)
 	}
 	s.retries = budget.NewRetryBudget(cfg.Budget.RetryBudgetRatio, cfg.Budget.RetryBudgetMin, s.clock)
+	s.hedges = budget.NewHedgeBudget(cfg.Hedge.BudgetRatio, s.clock)
 	s.inboundToken = []byte(cfg.Server.InboundToken)
 	s.instruction = jsonscan.AppendQuote(nil, cfg.Resume.EffectiveInstruction())
 	s.maxRequest = sizeLimit(cfg.Server.MaxRequestBytes)

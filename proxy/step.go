@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -9,14 +10,68 @@ import (
 	"github.com/llm-failover/failover/budget"
 	"github.com/llm-failover/failover/classify"
 	"github.com/llm-failover/failover/proxy/internal/config"
+	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
 )
 
-// attempt is one try on one target: what its I/O found, for the decision.
+// attempt is one try on one target: its I/O (up), and what that found, for the decision
+// (result). The exchange keeps two (exchange.tries), whose buffers serve request after request:
+// begin readies one for a new try. Owned by the exchange's owner, except while a hedge race
+// runs its I/O on a goroutine of its own (hedge.go).
 type attempt struct {
-	t     *Target
-	n     int // 1-based attempt number
+	t  *Target
+	n  int      // 1-based attempt number
+	up upstream // the upstream side: the request sent, the connection, the answer read
+	result
+	leg leg // what a hedge race needs to run the attempt's I/O beside the other (hedge.go)
+}
+
+// begin readies a for a try on t as the request's attempt n: its result is cleared, its
+// buffers kept.
+func (a *attempt) begin(t *Target, n int) {
+	a.t, a.n, a.result = t, n, result{}
+	a.up.reusable, a.up.waited = false, 0
+}
+
+// upstream is an attempt's side of the upstream exchange: the request's head and body as sent,
+// the connection, the answer's head and its body read in place, the held body or the stream's
+// gate. Buffers are kept from one attempt to the next (the exchange is pooled).
+type upstream struct {
+	head     []byte // the request's head, built by buildRequest
+	body     []byte // its body: the client's (valid while the handler runs), or sub
+	sub      []byte // the client's body with the target's model substituted
+	resp     fasthttp.Response
+	conn     *netio.Conn
+	answer   netio.Body // the answer's body, read in place
+	held     []byte     // a non-streaming answer's body, held for the decision
+	gate     stream.Gate
+	waited   time.Duration // how long the attempt waited on the target, for the overhead figure
+	reusable bool          // the answer was read to its end and the connection may be pooled
+	// What copyResponseHeaders needs of the answer's head, found by observeHead's walk over its
+	// lines (views into resp's header): its Connection lines, the names of its hop-by-hop and
+	// X-Failover-* lines, and its X-Request-Id; connection is dropHopByHop's scratch space.
+	connLines, drop, connection [][]byte
+	requestID                   []byte
+}
+
+// closeConn drops the attempt's upstream connection, or pools it when its answer was read to
+// the end.
+func (a *attempt) closeConn() {
+	c := a.up.conn
+	if c == nil {
+		return
+	}
+	a.up.conn = nil
+	if a.up.reusable {
+		a.t.pool.Put(c)
+		return
+	}
+	c.Close()
+}
+
+// result is what an attempt's I/O found, for the decision.
+type result struct {
 	start time.Time
 	sent  time.Time
 	ttfb  time.Duration // from sent to the response headers, once status is set
@@ -34,9 +89,21 @@ type attempt struct {
 	retryAfter    time.Duration
 	hasRetryAfter bool
 	commitReason  stream.CommitReason
-	cut           bool // the shutdown timeout ended the attempt, or came before it: nothing is known of the target
-	exhausted     bool // its transfer found no candidate left: the sweep ends with its answer (observe.OutcomeExhausted)
+	cut           bool      // the shutdown timeout ended the attempt, or came before it: nothing is known of the target
+	exhausted     bool      // its transfer found no candidate left: the sweep ends with its answer (observe.OutcomeExhausted)
+	gone          bool      // its wait ended because the client left (netio.ErrClientGone)
+	lost          bool      // a hedge race cut it: the other attempt committed first (hedge.go)
+	done          time.Time // when its I/O ended: for a commit, the commit (its time to commit runs from sent)
+	// mark is its part in a hedge race, and offset, for a hedge, when it started after the
+	// request's arrival (observe.Entry).
+	mark   observe.HedgeMark
+	offset time.Duration
 }
+
+// errLost is the netio.Stop of an attempt that a hedge race cut because the other attempt
+// committed first (hedge.go): nothing of it reached the client, and it says nothing of its
+// target.
+var errLost = errors.New("the other attempt of the hedge race committed first")
 
 // resumeTry is what a resume's attempt is asked with (resume.go): the form of the continuation
 // it sends, and the resumption whose transcript takes its events. The zero value is the
@@ -77,6 +144,13 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	}
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	ex.do(a)
+	ex.absorb(a)
+	return ex.settle(a, rt)
+}
+
+// settle decides attempt a, whose I/O has ended, and executes the verdict's effects: steps 2 to
+// 4 of step, which a hedge race (hedge.go) also takes for the attempt that ends it.
+func (ex *exchange) settle(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	if a.cut {
 		// The sidecar, not the target, ended the attempt: like a client leaving, it has no
 		// health effect and is no failure to recover from.
@@ -92,6 +166,9 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	v := ex.judge(&o)
 	if rt.r != nil {
 		return ex.settleResume(a, rt, &o, v)
+	}
+	if v.Action == classify.ActionCommit {
+		ex.observeCommit(a)
 	}
 	ex.applyHealth(a, v)
 	ex.settleProbe(nil) // the attempt's own probe, before a transfer's candidate may take another
@@ -122,6 +199,14 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	ex.record(a, v)
 	ex.settleProbe(next)
 	return v, next
+}
+
+// absorb takes into the exchange what attempt a's I/O found of the request as a whole: the
+// time it waited on the target (the overhead figure leaves it out), and a client who left.
+func (ex *exchange) absorb(a *attempt) {
+	ex.waited += a.up.waited
+	a.up.waited = 0
+	ex.gone = ex.gone || a.gone
 }
 
 // outcomeOf describes attempt a for the decision function.
@@ -179,7 +264,7 @@ func (ex *exchange) settleResume(a *attempt, rt resumeTry, o *classify.Outcome, 
 		v = classify.PrefillRetryStopped(v, why)
 		ex.notResumed(a, why)
 	}
-	ok := v.Action == classify.ActionCommit && a.sse && rt.r.accept(ex, rt.form)
+	ok := v.Action == classify.ActionCommit && a.sse && rt.r.accept(a, rt.form)
 	if !ok && !o.ClientGone && v.Action == classify.ActionCommit && ex.clientGone() {
 		// A continuation that committed but cannot be spliced is no answer either: as for any
 		// attempt whose result is not used, the client may have left while it ran.
@@ -310,7 +395,8 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 		phase = observe.PhaseCommitted
 	}
 	e := observe.Entry{Target: t.Name, Status: a.status, Class: v.Class, Reason: v.Reason, Phase: phase,
-		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry))}
+		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry)),
+		Hedge: a.mark, Offset: a.offset}
 	ex.Ledger.Add(e)
 	t.metrics.Attempt(v.Class, v.Action)
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {

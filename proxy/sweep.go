@@ -34,13 +34,22 @@ func (ex *exchange) run() {
 		ex.reject(fasthttp.StatusNotFound, codeNoTarget, "no target serves this model and path")
 		return
 	}
-	for n := 1; ; n++ {
-		a := &ex.cur
-		*a = attempt{t: t, n: n}
-		v, next := ex.step(a, resumeTry{})
+	if s.cfg.Hedge.After.On() {
+		s.hedges.Request(now)
+	}
+	for {
+		a := &ex.tries[0]
+		a.begin(t, ex.Ledger.Len()+1)
+		var v classify.Verdict
+		var next *Target
+		if delay, ok := ex.raceable(a); ok {
+			v, next, a = ex.race(a, delay)
+		} else {
+			v, next = ex.step(a, resumeTry{})
+		}
 		switch {
 		case a.cut:
-			ex.closeConn()
+			a.closeConn()
 			ex.reject(fasthttp.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 			return
 		case v.Action == classify.ActionCommit:
@@ -53,7 +62,7 @@ func (ex *exchange) run() {
 			ex.answer(a, v, ex.stopOutcome(v))
 			return
 		case v.Action == classify.ActionRetry:
-			ex.closeConn()
+			a.closeConn()
 			if !ex.sleep(v.Wait) {
 				if ex.gone {
 					ex.answer(a, classify.Verdict{Class: classify.ClassCancelled, Status: 499}, observe.OutcomeCancelled)
@@ -64,7 +73,7 @@ func (ex *exchange) run() {
 				return
 			}
 		default: // a transfer, to the candidate step found for it
-			ex.closeConn()
+			a.closeConn()
 		}
 		t = next
 	}

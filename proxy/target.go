@@ -63,6 +63,9 @@ type Target struct {
 	// lastErrorAt its policy time in Unix nanoseconds, for the target table (targettable.go).
 	lastError   atomic.Uint32
 	lastErrorAt atomic.Int64
+	// commits are the target's recent times to commit, for FAILOVER_HEDGE_AFTER=pNN
+	// (hedge.go).
+	commits budget.CommitTimes
 }
 
 // newTarget builds the runtime target from its validated configuration. roots verifies an

@@ -53,6 +53,9 @@ func (s *Server) targetTable() observe.TargetTable {
 			ts.RateLimit[q.String()] = qs
 		}
 		ts.PrefillRefused = t.prefillRefused.list()
+		if s.cfg.Hedge.After.On() {
+			ts.HedgeDelayMS = float64(s.hedgeDelay(t).Microseconds()) / 1000
+		}
 		table.Targets = append(table.Targets, ts)
 	}
 	return table

@@ -59,6 +59,9 @@ type scenario struct {
 	// respond, when set and not nil for the target at position i of n, chooses its every
 	// answer from the request, instead of script.
 	respond func(i, n int) func(*pt.Request) pt.Step
+	// hedge, when set, is FAILOVER_HEDGE_AFTER when the environment does not turn hedging on
+	// (docs/streams.md, Hedging).
+	hedge time.Duration
 }
 
 // result is what happened in one scenario.
@@ -252,6 +255,21 @@ func scenarios() []*scenario {
 				}
 				return ""
 			}},
+		{name: "slow first token", path: chatPath, body: streamBody, stream: true, hedge: 200 * time.Millisecond,
+			script: func(i, n int) []pt.Step {
+				if i == 0 && n > 1 {
+					slow := pt.ChatStream(0, "answer ", "from ", "0")
+					slow[1].Delay = 5 * time.Second // its first content, long after the hedge won
+					return []pt.Step{pt.SSE(slow...)}
+				}
+				return rest(i, streamOK(fmt.Sprint(i)))
+			},
+			check: func(r *result) string {
+				if len(r.calls) > 1 && r.calls[1] > 1 {
+					return fmt.Sprintf("the second target was called %d times: a hedge is one attempt (no attempt that cannot help)", r.calls[1])
+				}
+				return ""
+			}},
 		{name: "context window exceeded", path: chatPath, body: chatBody, biggerModel: "drill-model-1m",
 			script: func(i, n int) []pt.Step {
 				if i == 0 {
@@ -429,6 +447,10 @@ func play(base *config.Config, names []string, sc *scenario, num int) *result {
 			}
 		}
 		r.note = fmt.Sprintf(" (timeouts %s)", q)
+	}
+	if sc.hedge > 0 && !cfg.Hedge.After.On() {
+		cfg.Hedge.After.Fixed = sc.hedge
+		r.note = fmt.Sprintf(" (hedged after %s)", sc.hedge)
 	}
 	if last := &cfg.Targets[len(cfg.Targets)-1]; sc.biggerModel != "" && len(cfg.Targets) > 1 && last.Model == "" {
 		last.Model = sc.biggerModel
@@ -820,6 +842,8 @@ func (r *result) describe() string {
 			action = "resumed"
 		case m["reason"] == "prefill_refused":
 			action = "instruct" // the same target, asked again by instruction
+		case m["hedge"] == "lost":
+			what, action = "slow", "lost" // cut: the other attempt of its race committed first
 		}
 		parts = append(parts, fmt.Sprintf("%v %s→%v", m["target"], what, action))
 	}

@@ -123,6 +123,12 @@ func (c *Conn) Close() {
 	}
 }
 
+// Interrupt ends, from another goroutine, whatever the connection's owner is blocked in: the
+// socket is closed under it, so its wait, read or write fails at once. The owner still calls
+// Close, which gives back what it holds. Safe to call while the owner uses the connection, and
+// more than once; the connection is never pooled again.
+func (c *Conn) Interrupt() { c.conn.Close() }
+
 // cause returns why a read on c failed: the pollReader's reason when it gave up, else err.
 func (c *Conn) cause(err error) error {
 	if err != nil && c.rd.why != nil {

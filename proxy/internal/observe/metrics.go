@@ -64,6 +64,18 @@ const (
 
 var probeResultNames = [numProbeResults]string{"answered", "silent"}
 
+// HedgeOutcome is what became of a hedge (docs/streams.md, Hedging), for failover_hedges_total.
+type HedgeOutcome uint8
+
+const (
+	HedgeWon        HedgeOutcome = iota // the hedge committed first: its answer went to the client
+	HedgeLost                           // the attempt it raced committed first: the hedge was cut
+	HedgeNotStarted                     // a budget refused it (the hedge budget or the retry budget)
+	numHedgeOutcomes
+)
+
+var hedgeOutcomeNames = [numHedgeOutcomes]string{"won", "lost", "not_started"}
+
 // ResumeOutcome is how a resume of a cut stream went, for failover_resumes_total.
 type ResumeOutcome uint8
 
@@ -118,6 +130,8 @@ type TargetMetrics struct {
 	empty     *metrics.Counter
 	probes    [numProbeResults]*metrics.Counter
 	resumes   [numResumeOutcomes]*metrics.Counter
+	hedges    [numHedgeOutcomes]*metrics.Counter
+	commit    *metrics.PrometheusHistogram
 }
 
 // Target is what the metrics need of one target: the name its series are labelled with, and
@@ -192,6 +206,12 @@ func NewMetrics(targets []Target, clock budget.Clock, build Build) *Metrics {
 		for r := range numResumeOutcomes {
 			tm.resumes[r] = m.set.NewCounter(fmt.Sprintf(`failover_resumes_total{target=%q,outcome=%q}`, t.Name, resumeOutcomeNames[r]))
 		}
+		for h := range numHedgeOutcomes {
+			tm.hedges[h] = m.set.NewCounter(fmt.Sprintf(`failover_hedges_total{target=%q,outcome=%q}`, t.Name, hedgeOutcomeNames[h]))
+		}
+		// Named after OpenTelemetry's GenAI gen_ai.client.operation.time_to_first_chunk: the
+		// time from the request sent to its commit, what FAILOVER_HEDGE_AFTER=pNN reads.
+		tm.commit = m.set.NewPrometheusHistogramExt(fmt.Sprintf(`failover_upstream_time_to_first_chunk_seconds{target=%q}`, t.Name), latencyBuckets)
 		for c := range classify.NumClasses {
 			for a := range classify.NumActions {
 				if attemptPairExists(c, a) {
@@ -271,6 +291,14 @@ func (tm *TargetMetrics) EmptyResponse() { tm.empty.Inc() }
 
 // Probe counts a background probe of the target that ended with r.
 func (tm *TargetMetrics) Probe(r ProbeResult) { tm.probes[r].Inc() }
+
+// Hedge counts a hedge to the target (won, lost), or one a budget refused while an attempt on
+// the target was slow (not_started).
+func (tm *TargetMetrics) Hedge(o HedgeOutcome) { tm.hedges[o].Inc() }
+
+// Commit records an attempt's time to commit on the target: from the request sent to its first
+// business content (a stream) or its whole answer (docs/streams.md, Hedging).
+func (tm *TargetMetrics) Commit(d time.Duration) { tm.commit.Update(d.Seconds()) }
 
 // Resume counts a resume on the target that ended with o.
 func (tm *TargetMetrics) Resume(o ResumeOutcome) { tm.resumes[o].Inc() }

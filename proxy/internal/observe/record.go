@@ -53,6 +53,32 @@ type Entry struct {
 	Continued bool
 	Delivered int
 	Seam      stream.Seam
+	// Hedge marks an attempt of a hedge race (docs/streams.md, Hedging): the one that committed
+	// first won, the other was cut as lost (its action shows as hedge). Offset is when the hedge
+	// started, after the request's arrival; zero for the attempt it raced.
+	Hedge  HedgeMark
+	Offset time.Duration
+}
+
+// HedgeMark is an attempt's part in a hedge race.
+type HedgeMark uint8
+
+const (
+	HedgeNone     HedgeMark = iota // no race
+	HedgeMarkWon                   // it committed first
+	HedgeMarkLost                  // the other committed first: it was cut
+)
+
+var hedgeMarkNames = [...]string{"", "won", "lost"}
+
+func (m HedgeMark) String() string { return hedgeMarkNames[m] }
+
+// action is the entry's action as the record shows it: hedge for an attempt a race cut.
+func (r *Entry) action() string {
+	if r.Hedge == HedgeMarkLost {
+		return "hedge"
+	}
+	return r.Action.String()
 }
 
 // Ledger lists a request's attempts. It renders as a JSON array for the JSON log and as a
@@ -118,7 +144,7 @@ func (l *Ledger) AppendJSON(b []byte) []byte {
 		b = append(b, `","phase":"`...)
 		b = append(b, r.Phase.String()...)
 		b = append(b, `","action":"`...)
-		b = append(b, r.Action.String()...)
+		b = append(b, r.action()...)
 		b = append(b, `","reason":"`...)
 		b = append(b, r.Reason.String()...)
 		b = append(b, `","duration_ms":`...)
@@ -133,6 +159,15 @@ func (l *Ledger) AppendJSON(b []byte) []byte {
 			b = append(b, `,"seam":"`...)
 			b = r.Seam.AppendText(b)
 			b = append(b, '"')
+		}
+		if r.Hedge != HedgeNone {
+			b = append(b, `,"hedge":"`...)
+			b = append(b, r.Hedge.String()...)
+			b = append(b, '"')
+			if r.Offset > 0 {
+				b = append(b, `,"offset_ms":`...)
+				b = appendMillis(b, r.Offset)
+			}
 		}
 		b = append(b, '}')
 	}
@@ -187,7 +222,7 @@ func (l *Ledger) AppendText(b []byte) []byte {
 		b = append(b, ' ')
 		b = append(b, r.Phase.String()...)
 		b = append(b, ' ')
-		b = append(b, r.Action.String()...)
+		b = append(b, r.action()...)
 		if r.Reason != classify.ReasonOK {
 			b = append(b, '(')
 			b = append(b, r.Reason.String()...)
@@ -200,6 +235,14 @@ func (l *Ledger) AppendText(b []byte) []byte {
 			b = strconv.AppendInt(b, int64(r.Delivered), 10)
 			b = append(b, " seam="...)
 			b = r.Seam.AppendText(b)
+		}
+		if r.Hedge != HedgeNone {
+			b = append(b, " hedge="...)
+			b = append(b, r.Hedge.String()...)
+			if r.Offset > 0 {
+				b = append(b, " offset="...)
+				b = append(b, r.Offset.Round(time.Microsecond).String()...)
+			}
 		}
 	}
 	if l.n > maxLedger {

@@ -53,6 +53,10 @@ type TargetState struct {
 	// resumes in the auto form ask by instruction (docs/streams.md, Resume a cut stream);
 	// absent before any.
 	PrefillRefused []string `json:"prefill_refused,omitempty"`
+	// HedgeDelayMS is how long an attempt on the target runs before a hedge may start beside
+	// it, in milliseconds (docs/streams.md, Hedging): FAILOVER_HEDGE_AFTER's fixed delay, or the
+	// percentile of the target's recent times to commit it names. Absent when hedging is off.
+	HedgeDelayMS float64 `json:"hedge_delay_ms,omitzero"`
 }
 
 // QuotaState is one quota as an answer reported it.

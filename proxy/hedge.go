@@ -1,0 +1,361 @@
+package proxy
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llm-failover/failover/budget"
+	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/netio"
+	"github.com/llm-failover/failover/proxy/internal/observe"
+	"github.com/llm-failover/failover/stream"
+)
+
+// Hedging (docs/streams.md, Hedging): with FAILOVER_HEDGE_AFTER set, an attempt of the sweep
+// that has not committed within the hedge delay gets a second attempt beside it, on the
+// candidate a transfer would take, and the first of the two to commit wins. Nothing reaches
+// the client before a commit, so the other is cut before a byte of it was shown.
+//
+// The race (race) runs each attempt's I/O (send) on a goroutine of its own, a leg, while the
+// handler's goroutine waits for them, starts the hedge when the delay has passed, watches the
+// client, and settles each attempt as it ends: the exchange is still touched by its owner
+// alone. A leg writes only its attempt, and stops when its leg says so (cut). With hedging off,
+// or for a request that may not be hedged, nothing of this runs: the attempt step (step) runs
+// the attempt on the handler's goroutine, as it always did.
+
+// A leg is what a hedge race needs of an attempt to run its I/O on a goroutine of its own and to
+// cut it from the handler's: why it must stop, and the connection to interrupt. Part of the
+// attempt; safe for concurrent use.
+type leg struct {
+	why    atomic.Uint32 // legRuns, or why it must stop
+	conn   atomic.Pointer[netio.Conn]
+	stopFn netio.Stop // stop, made once
+	abort  *atomic.Bool
+}
+
+const (
+	legRuns     = iota
+	legLost     // the other attempt committed first (errLost)
+	legGone     // the client left (netio.ErrClientGone)
+	legShutdown // the shutdown timeout passed (netio.ErrShutdown)
+)
+
+var legErrors = [...]error{legLost: errLost, legGone: netio.ErrClientGone, legShutdown: netio.ErrShutdown}
+
+// cut reports why a race cut the attempt, or nil.
+func (l *leg) cut() error {
+	if w := l.why.Load(); w != legRuns {
+		return legErrors[w]
+	}
+	return nil
+}
+
+// stop is the leg's netio.Stop: the race's word, and the shutdown timeout. It does not look at
+// the client's connection itself: the handler's goroutine does, and cuts the legs.
+func (l *leg) stop() error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	if l.abort != nil && l.abort.Load() {
+		return netio.ErrShutdown
+	}
+	return nil
+}
+
+// hold tells the leg the connection its I/O uses now (nil: none), so that a cut interrupts it.
+// A cut that came before is applied at once.
+func (l *leg) hold(c *netio.Conn) {
+	l.conn.Store(c)
+	if c != nil && l.why.Load() != legRuns {
+		c.Interrupt()
+	}
+}
+
+// stopWith cuts the leg: its I/O ends at once (netio.Conn.Interrupt) with why. The first reason
+// given stays.
+func (l *leg) stopWith(why uint32) {
+	if l.why.CompareAndSwap(legRuns, why) {
+		if c := l.conn.Load(); c != nil {
+			c.Interrupt()
+		}
+	}
+}
+
+// race state kept by the exchange (pooled with it): the channel the legs report on, and the
+// timer of the hedge delay.
+type raceState struct {
+	once  sync.Once
+	ended chan *attempt // each leg sends its attempt when its I/O ended
+	timer *time.Timer
+}
+
+func (r *raceState) init() {
+	r.once.Do(func() {
+		r.ended = make(chan *attempt, len(exchange{}.tries))
+		r.timer = time.NewTimer(time.Hour)
+		r.timer.Stop()
+	})
+}
+
+// hedgeDelay is how long an attempt on t runs before a hedge may start beside it: the fixed
+// FAILOVER_HEDGE_AFTER, or the percentile of t's recent times to commit it names, never below
+// FAILOVER_HEDGE_AFTER_MIN, and budget.HedgeDelayDefault while t has too few.
+func (s *Server) hedgeDelay(t *Target) time.Duration {
+	h := &s.cfg.Hedge
+	if h.After.Percentile == 0 {
+		return h.After.Fixed
+	}
+	return t.commits.HedgeDelay(time.Now(), h.After.Percentile, h.AfterMin)
+}
+
+// hedgeInput describes the request, and attempt a, for classify.Hedge. The budgets and the
+// candidate are taken as allowing it: raceable asks before the race, startHedge measures them
+// when the delay has passed.
+func (ex *exchange) hedgeInput(a *attempt) classify.HedgeInput {
+	s := ex.srv
+	return classify.HedgeInput{
+		Enabled: s.cfg.Budget.Enabled, On: s.cfg.Hedge.After.On(),
+		// An image is generated once: a second would be paid for too. Other APIs may do
+		// something twice.
+		Eligible:     ex.Family != stream.Other && ex.Family != stream.Image,
+		Stored:       ex.Family == stream.Responses && !ex.fields.noStore,
+		ClientGone:   ex.gone,
+		ShuttingDown: s.closing.Load(),
+		Probe:        ex.lease.held() && ex.lease.h == a.t.health,
+		TransferFits: true, ElapsedOK: true, Candidate: len(ex.cands) > 1, HedgeBudgetOK: true, RetryBudgetOK: true,
+	}
+}
+
+// raceable reports whether the sweep's attempt a may be raced by a hedge, and after how long.
+func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
+	if !ex.srv.cfg.Hedge.After.On() {
+		return 0, false
+	}
+	if classify.Hedge(ex.hedgeInput(a)) != classify.HedgeOK {
+		return 0, false
+	}
+	return ex.srv.hedgeDelay(a.t), true
+}
+
+// race makes the sweep's attempt a with a hedge beside it once delay has passed (startHedge),
+// and settles both: the first to commit wins and the other is cut and recorded as lost. An
+// attempt that fails while the other runs is settled as any (its health effect, its record)
+// but starts nothing; the one that ends the race, by a commit, a stop or as the last to fail,
+// is settled as step settles any (settle), and its verdict is returned with it, for the sweep
+// to execute. The client leaving, or the shutdown timeout, cuts both, which are then settled
+// as such.
+func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Target, *attempt) {
+	s := ex.srv
+	if s.abort.Load() {
+		v, next := ex.step(a, resumeTry{}) // no attempt starts: step says so
+		return v, next, a
+	}
+	r := &ex.racing
+	r.init()
+	ex.budget.Begin(ex.policyNow(), a.t.Index)
+	a.start = time.Now()
+	ex.buildRequest(a)
+	ex.launch(a)
+	r.timer.Reset(delay)
+	defer r.timer.Stop()
+	poll := time.NewTicker(netio.PollInterval)
+	defer poll.Stop()
+	var b *attempt // the hedge, once started
+	running := 1
+	for {
+		select {
+		case <-r.timer.C:
+			if b == nil && running == 1 {
+				if b = ex.startHedge(a); b != nil {
+					running++
+				}
+			}
+		case <-poll.C:
+			switch {
+			case ex.clientGone():
+				ex.cutLegs(a, b, legGone)
+			case s.abort.Load():
+				ex.cutLegs(a, b, legShutdown)
+			}
+		case d := <-r.ended:
+			running--
+			ex.absorb(d)
+			other := a
+			if d == a {
+				other = b
+			}
+			if running > 0 && !d.cut {
+				o := ex.outcomeOf(d, resumeTry{})
+				if v := ex.judge(&o); v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+					// It failed, and the other still runs: settled as any attempt, it starts
+					// nothing while the other lasts.
+					ex.applyHealth(d, v)
+					ex.settleProbe(nil)
+					ex.record(d, v)
+					d.closeConn()
+					continue
+				}
+			}
+			if running > 0 {
+				if d.cut || ex.gone {
+					// The client left or the shutdown cut them both: the other ends as this one.
+					ex.record(d, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
+					ex.settleProbe(nil)
+					d.closeConn()
+					continue
+				}
+				// A commit, or a stop: the race ends here, and the other is cut.
+				ex.cutLost(other)
+				running--
+			}
+			if b != nil {
+				d.mark = observe.HedgeMarkWon
+			}
+			v, next := ex.settle(d, resumeTry{})
+			if b != nil {
+				if d == b && v.Action == classify.ActionCommit {
+					b.t.metrics.Hedge(observe.HedgeWon)
+				} else {
+					b.t.metrics.Hedge(observe.HedgeLost)
+				}
+			}
+			return v, next, d
+		}
+	}
+}
+
+// launch runs attempt a's I/O on a leg: a goroutine that reports on the race's channel when it
+// ended. The request was built (buildRequest) on the handler's goroutine.
+func (ex *exchange) launch(a *attempt) {
+	a.leg.why.Store(legRuns)
+	if a.leg.stopFn == nil {
+		a.leg.stopFn, a.leg.abort = a.leg.stop, &ex.srv.abort
+	}
+	go func() {
+		ex.send(a, a.leg.stopFn)
+		ex.racing.ended <- a
+	}()
+}
+
+// cutLegs cuts the attempts still running with why (the client left, the shutdown).
+func (ex *exchange) cutLegs(a, b *attempt, why uint32) {
+	a.leg.stopWith(why)
+	if b != nil {
+		b.leg.stopWith(why)
+	}
+}
+
+// cutLost cuts attempt x, which the other attempt of its race beat, waits for its I/O to end,
+// and records it as lost: no health effect (its target was only slower), its connection closed,
+// never pooled, and its time so far kept among its target's times to commit as a lower bound
+// (budget.CommitTimes.ObserveLost).
+func (ex *exchange) cutLost(x *attempt) {
+	x.leg.stopWith(legLost)
+	for d := range ex.racing.ended {
+		ex.absorb(d)
+		if d == x {
+			break
+		}
+	}
+	x.up.reusable = false
+	x.closeConn()
+	if !x.sent.IsZero() && ex.srv.cfg.Hedge.After.On() {
+		x.t.commits.ObserveLost(time.Now(), x.done.Sub(x.sent))
+	}
+	x.mark = observe.HedgeMarkLost
+	ex.record(x, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
+}
+
+// startHedge starts the hedge of attempt a, when classify.Hedge lets it: on the candidate a
+// transfer would take, if it is up (never one ejected, cooling down, rate-limited, or to be tried
+// as its probe), within FAILOVER_MAX_ATTEMPTS and FAILOVER_MAX_ELAPSED, and with a token of the
+// hedge budget and of the retry budget. It returns the hedge, or nil.
+func (ex *exchange) startHedge(a *attempt) *attempt {
+	s := ex.srv
+	now := ex.policyNow()
+	in := ex.hedgeInput(a)
+	in.TransferFits = ex.budget.TransferAllowed()
+	in.ElapsedOK = ex.budget.ElapsedAllows(now, 0)
+	in.Candidate = ex.hedgeCandidateLeft(now)
+	why := classify.Hedge(in)
+	if why == classify.HedgeOK {
+		if in.HedgeBudgetOK = s.hedges.Withdraw(now); in.HedgeBudgetOK {
+			in.RetryBudgetOK = s.retries.Withdraw(now)
+		}
+		why = classify.Hedge(in)
+	}
+	if why != classify.HedgeOK {
+		if why.NotStarted() {
+			a.t.metrics.Hedge(observe.HedgeNotStarted)
+			ex.event(slog.LevelInfo, "hedge_not_started", a, slog.String("reason", why.String()))
+		}
+		return nil
+	}
+	t := ex.takeHedgeCandidate(now)
+	if t == nil {
+		return nil // taken by another request meanwhile
+	}
+	b := &ex.tries[1]
+	b.begin(t, a.n+1)
+	b.offset = time.Since(ex.start)
+	ex.budget.Begin(now, t.Index)
+	b.start = time.Now()
+	ex.buildRequest(b)
+	ex.launch(b)
+	ex.event(slog.LevelInfo, "hedge_started", b, slog.String("beside", a.t.Name),
+		slog.Float64("after_ms", float64(time.Since(a.start).Microseconds())/1000))
+	return b
+}
+
+// hedgeCandidateLeft reports, taking nothing, whether a candidate the sweep has not tried yet is
+// up now (budget.StateUp) and may take the request's model.
+func (ex *exchange) hedgeCandidateLeft(now time.Time) bool {
+	from, to := ex.sweep.Untried()
+	for pos := from; pos < to; pos++ {
+		if ex.hedgeAccept(pos) {
+			return true
+		}
+	}
+	return false
+}
+
+// hedgeAccept reports whether the candidate at pos may be hedged to: up, and sending a model no
+// context-window error showed too small.
+func (ex *exchange) hedgeAccept(pos int) bool {
+	return ex.mayFit(pos) && ex.healthAt(pos).State(ex.policyNow()) == budget.StateUp
+}
+
+// takeHedgeCandidate takes the next candidate that is up from the sweep, as a transfer would
+// take it; nil when there is none after all. One handed out as its probe is given back: a hedge
+// is never a probe.
+func (ex *exchange) takeHedgeCandidate(now time.Time) *Target {
+	pos, probe, ok := ex.sweep.NextWhere(now, ex.healthAt, ex.hedgeAcceptFn)
+	if !ok {
+		return nil
+	}
+	t := ex.srv.targets[ex.cands[pos]]
+	if probe {
+		t.health.Release()
+		return nil
+	}
+	return t
+}
+
+// observeCommit keeps attempt a's time to commit, from its request sent to its commit, as one of
+// its target's (hedgeDelay reads them) and in failover_upstream_time_to_first_chunk_seconds.
+// Only while hedging is on: nothing else reads them.
+func (ex *exchange) observeCommit(a *attempt) {
+	if ex.srv.cfg.Hedge.After.On() && !a.sent.IsZero() {
+		ex.observeCommitTime(a.t, a.done.Sub(a.sent))
+	}
+}
+
+func (ex *exchange) observeCommitTime(t *Target, d time.Duration) {
+	if !ex.srv.cfg.Hedge.After.On() {
+		return
+	}
+	t.commits.Observe(time.Now(), d)
+	t.metrics.Commit(d)
+}

@@ -1,0 +1,278 @@
+package proxy_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
+	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
+)
+
+// A family's request and its answers, for the hedging tests: a good answer from target who,
+// whose first content comes after slow (0: at once).
+type hedgeFamily struct {
+	name, path, body string
+	stream           bool
+	answer           func(who string, slow time.Duration) pt.Step
+}
+
+// slowFirst delays the chunk at index first (the first with content) by d.
+func slowFirst(chunks []pt.Chunk, first int, d time.Duration) []pt.Chunk {
+	chunks[first].Delay = d
+	return chunks
+}
+
+var hedgeFamilies = []hedgeFamily{
+	{"chat", "/chat/completions", chatBody, false, func(who string, slow time.Duration) pt.Step {
+		s := pt.JSON(200, pt.ChatCompletion("from "+who))
+		s.Delay = slow
+		return s
+	}},
+	{"chat stream", "/chat/completions", streamBody, true, func(who string, slow time.Duration) pt.Step {
+		return pt.SSE(slowFirst(pt.ChatStream(0, "from ", who), 1, slow)...)
+	}},
+	{"responses stream, store false", "/responses", `{"model":"gpt-4o-mini","stream":true,"store":false,"input":"Say hello"}`, true,
+		func(who string, slow time.Duration) pt.Step {
+			return pt.SSE(slowFirst(pt.ResponsesStream(0, "from ", who), 4, slow)...)
+		}},
+	{"messages stream", "/messages", `{"model":"claude-test","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Say hello"}]}`, true,
+		func(who string, slow time.Duration) pt.Step {
+			return pt.SSE(slowFirst(pt.AnthropicStream(0, "from ", who), 3, slow)...)
+		}},
+}
+
+// hedgeLedger renders a request record's ledger as "target:class:action[:hedge]" steps.
+func hedgeLedger(rec map[string]any) string {
+	var steps []string
+	for _, a := range rec["ledger"].([]any) {
+		m := a.(map[string]any)
+		step := m["target"].(string) + ":" + m["class"].(string) + ":" + m["action"].(string)
+		if h, ok := m["hedge"].(string); ok {
+			step += ":" + h
+		}
+		steps = append(steps, step)
+	}
+	return strings.Join(steps, " ")
+}
+
+// A target whose first content comes late loses to a fast one: the hedge starts after the
+// delay, its answer is the client's byte for byte, and the slow target sees its connection
+// closed at once (within 100 ms of the hedge's commit). For every family that may be hedged,
+// streamed and not.
+func TestHedgeASlowFirstTokenLosesToAFastOne(t *testing.T) {
+	const slow, after = 3 * time.Second, 200 * time.Millisecond
+	together(t, hedgeFamilies, func(f hedgeFamily) string { return f.name }, func(t *testing.T, f hedgeFamily) {
+		a, b := upstream(t, f.answer("t0", slow)), upstream(t, f.answer("t1", 0))
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=" + after.String()})...)
+		begin := time.Now()
+		r := s.Post(f.path, f.body)
+		answered := time.Now()
+		if r.Status != 200 || r.Err != nil || string(r.Body) != string(f.answer("t1", 0).BodyBytes()) {
+			t.Fatalf("got %d %q (err %v), want t1's answer byte for byte", r.Status, r.Body, r.Err)
+		}
+		if took := answered.Sub(begin); took < after || took > slow/2 {
+			t.Errorf("answered after %v: the hedge starts after %v and wins at once", took, after)
+		}
+		select {
+		case closed := <-a.PeerClosed():
+			if late := closed.Sub(answered); late > 100*time.Millisecond {
+				t.Errorf("the slow target's connection was closed %v after the answer", late)
+			}
+		case <-time.After(slow):
+			t.Fatal("the slow target's connection was not closed")
+		}
+		rec := s.WaitLedger(1)[0]
+		if got := hedgeLedger(rec); got != "t0:cancelled:hedge:lost t1:ok:commit:won" {
+			t.Errorf("ledger %s", got)
+		}
+		if got := r.Header.Get("X-Failover-Target"); got != "t1" {
+			t.Errorf("X-Failover-Target %q, want t1", got)
+		}
+		if got := r.Header.Get("X-Failover-Attempts"); got != "2" {
+			t.Errorf("X-Failover-Attempts %q, want 2", got)
+		}
+		m := s.ScrapeMetrics()
+		for _, want := range []string{`failover_hedges_total{target="t1",outcome="won"} 1`, `failover_hedges_total{target="t1",outcome="lost"} 0`} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+}
+
+// An attempt that commits before the delay starts no hedge.
+func TestHedgeNotStartedBeforeTheDelay(t *testing.T) {
+	together(t, hedgeFamilies, func(f hedgeFamily) string { return f.name }, func(t *testing.T, f hedgeFamily) {
+		a, b := upstream(t, f.answer("t0", 0)), upstream(t, f.answer("t1", 0))
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=2s"})...)
+		r := s.Post(f.path, f.body)
+		if r.Status != 200 || string(r.Body) != string(f.answer("t0", 0).BodyBytes()) {
+			t.Fatalf("got %d %q, want t0's answer", r.Status, r.Body)
+		}
+		if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t0:ok:commit" || b.Calls() != 0 {
+			t.Errorf("ledger %s, t1 called %d times: want no hedge", got, b.Calls())
+		}
+	})
+}
+
+// The hedged-to target failing leaves the first attempt to finish: its failure is settled (its
+// record, its health) and starts nothing while the first runs.
+func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
+	f := hedgeFamilies[1] // chat stream
+	a := upstream(t, f.answer("t0", 600*time.Millisecond))
+	b := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error")))
+	c := upstream(t, f.answer("t2", 0))
+	s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	r := s.Post(f.path, f.body)
+	if r.Status != 200 || string(r.Body) != string(f.answer("t0", 0).BodyBytes()) {
+		t.Fatalf("got %d %q, want t0's answer", r.Status, r.Body)
+	}
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:retry t0:ok:commit:won" {
+		t.Errorf("ledger %s", got)
+	}
+	if b.Calls() != 1 || c.Calls() != 0 {
+		t.Errorf("calls t1=%d t2=%d: while t0 runs, the hedge's failure starts nothing", b.Calls(), c.Calls())
+	}
+	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_hedges_total{target="t1",outcome="lost"} 1`) {
+		t.Error("the failed hedge is not counted as lost")
+	}
+}
+
+// When both attempts of a race fail, the usual rules go on from the one that failed last: here
+// a transfer to the third target.
+func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
+	f := hedgeFamilies[1]
+	slow503 := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error"))
+	slow503.Delay = 500 * time.Millisecond
+	a := upstream(t, slow503)
+	b := upstream(t, pt.JSON(500, pt.OpenAIError("boom", "server_error", "server_error")))
+	c := upstream(t, f.answer("t2", 0))
+	s := start(t, env(targets(a.URL, b.URL, c.URL), noRetries, []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	r := s.Post(f.path, f.body)
+	if r.Status != 200 || string(r.Body) != string(f.answer("t2", 0).BodyBytes()) {
+		t.Fatalf("got %d %q, want t2's answer", r.Status, r.Body)
+	}
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:transfer t0:server_error:transfer:won t2:ok:commit" {
+		t.Errorf("ledger %s", got)
+	}
+}
+
+// The client leaving cuts both attempts of a race: both upstream connections close, and the
+// request is recorded as cancelled.
+func TestHedgeClientLeavingCancelsBoth(t *testing.T) {
+	f := hedgeFamilies[1]
+	a, b := upstream(t, f.answer("t0", 5*time.Second)), upstream(t, f.answer("t1", 5*time.Second))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	s.Abandon(f.path, f.body, func() {
+		deadline := time.Now().Add(2 * time.Second)
+		for b.Calls() == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // waits for the hedge to reach t1
+		}
+	})
+	for _, u := range []*pt.Upstream{a, b} {
+		select {
+		case <-u.PeerClosed():
+		case <-time.After(2 * time.Second):
+			t.Fatal("an attempt of the race was not cut when the client left")
+		}
+	}
+	rec := s.WaitLedger(1)[0]
+	if rec["outcome"] != "cancelled" {
+		t.Errorf("outcome %v, want cancelled", rec["outcome"])
+	}
+}
+
+// Under a slowdown of every request, the hedge budget caps the hedges: at most
+// FAILOVER_HEDGE_BUDGET_RATIO of the first attempts, plus the floor of one a second (ten over
+// the window), and the refused ones are counted as not_started.
+func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
+	f := hedgeFamilies[1]
+	const requests = 40
+	a, b := upstream(t, f.answer("t0", 300*time.Millisecond)), upstream(t, f.answer("t1", 300*time.Millisecond))
+	a.KeepRequests(false)
+	b.KeepRequests(false)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=50ms", "FAILOVER_HEDGE_BUDGET_RATIO=0.05"})...)
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := s.Post(f.path, f.body); r.Status != 200 {
+				t.Errorf("status %d", r.Status)
+			}
+		}()
+	}
+	wg.Wait()
+	hedges := b.Calls()
+	if max := requests*5/100 + 10; hedges > max || hedges == 0 {
+		t.Errorf("%d hedges for %d slow requests, want 1 to %d", hedges, requests, max)
+	}
+	m := s.ScrapeMetrics()
+	want := fmt.Sprintf(`failover_hedges_total{target="t0",outcome="not_started"} %d`, requests-hedges)
+	if !strings.Contains(m, want) {
+		t.Errorf("metrics lack %s", want)
+	}
+}
+
+// Never hedged: a request of the other family, a stored Responses request, and with failover
+// off.
+func TestHedgeNever(t *testing.T) {
+	stored := pt.SSE(slowFirst(pt.ResponsesStream(0, "from ", "t0"), 4, 400*time.Millisecond)...)
+	other := pt.JSON(200, `{"object":"list","data":[]}`)
+	other.Delay = 400 * time.Millisecond
+	cases := []struct {
+		name, path, body string
+		answer           pt.Step
+		extra            []string
+	}{
+		{"other family", "/embeddings", `{"model":"text-embedding-3-small","input":"hi"}`, other, nil},
+		{"stored response", "/responses", `{"model":"gpt-4o-mini","stream":true,"input":"Say hello"}`, stored, nil},
+		{"failover off", "/chat/completions", streamBody, hedgeFamilies[1].answer("t0", 400*time.Millisecond), []string{"FAILOVER_ENABLED=false"}},
+	}
+	together(t, cases, func(c struct {
+		name, path, body string
+		answer           pt.Step
+		extra            []string
+	}) string {
+		return c.name
+	}, func(t *testing.T, c struct {
+		name, path, body string
+		answer           pt.Step
+		extra            []string
+	}) {
+		a, b := upstream(t, c.answer), upstream(t, c.answer)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"}, c.extra)...)
+		if r := s.Post(c.path, c.body); r.Status != 200 {
+			t.Fatalf("status %d", r.Status)
+		}
+		if b.Calls() != 0 {
+			t.Errorf("hedged: t1 called %d times", b.Calls())
+		}
+	})
+}
+
+// The percentile form learns a target's times to commit: with p95 and fast answers, the delay
+// /targets shows comes down from the default towards the minimum.
+func TestHedgePercentileDelayFollowsTheTarget(t *testing.T) {
+	f := hedgeFamilies[1]
+	a, b := upstream(t, f.answer("t0", 0)), upstream(t, f.answer("t1", 0))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=p95", "FAILOVER_HEDGE_AFTER_MIN=100ms"})...)
+	delay := func() float64 {
+		_, table := targetTable(t, s)
+		return byName(t, table, "t0").HedgeDelayMS
+	}
+	if d := delay(); d != 2000 {
+		t.Fatalf("hedge delay %v ms before any sample, want the default 2000", d)
+	}
+	for range 25 {
+		s.Post(f.path, f.body)
+	}
+	if d := delay(); d != 100 {
+		t.Errorf("hedge delay %v ms after fast commits, want the minimum 100", d)
+	}
+}
+
+var _ = sidecar.Start
