@@ -63,6 +63,7 @@ func hedgeLedger(rec map[string]any) string {
 // closed at once (within 100 ms of the hedge's commit). For every family that may be hedged,
 // streamed and not.
 func TestHedgeASlowFirstTokenLosesToAFastOne(t *testing.T) {
+	t.Parallel()
 	const slow, after = 3 * time.Second, 200 * time.Millisecond
 	together(t, hedgeFamilies, func(f hedgeFamily) string { return f.name }, func(t *testing.T, f hedgeFamily) {
 		a, b := upstream(t, f.answer("t0", slow)), upstream(t, f.answer("t1", 0))
@@ -105,6 +106,7 @@ func TestHedgeASlowFirstTokenLosesToAFastOne(t *testing.T) {
 
 // An attempt that commits before the delay starts no hedge.
 func TestHedgeNotStartedBeforeTheDelay(t *testing.T) {
+	t.Parallel()
 	together(t, hedgeFamilies, func(f hedgeFamily) string { return f.name }, func(t *testing.T, f hedgeFamily) {
 		a, b := upstream(t, f.answer("t0", 0)), upstream(t, f.answer("t1", 0))
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=2s"})...)
@@ -121,6 +123,7 @@ func TestHedgeNotStartedBeforeTheDelay(t *testing.T) {
 // The hedged-to target failing leaves the first attempt to finish: its failure is settled (its
 // record, its health) and starts nothing while the first runs.
 func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
+	t.Parallel()
 	f := hedgeFamilies[1] // chat stream
 	a := upstream(t, f.answer("t0", 600*time.Millisecond))
 	b := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error")))
@@ -144,6 +147,7 @@ func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 // When both attempts of a race fail, the usual rules go on from the one that failed last: here
 // a transfer to the third target.
 func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
+	t.Parallel()
 	f := hedgeFamilies[1]
 	slow503 := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error"))
 	slow503.Delay = 500 * time.Millisecond
@@ -163,6 +167,7 @@ func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
 // The client leaving cuts both attempts of a race: both upstream connections close, and the
 // request is recorded as cancelled.
 func TestHedgeClientLeavingCancelsBoth(t *testing.T) {
+	t.Parallel()
 	f := hedgeFamilies[1]
 	a, b := upstream(t, f.answer("t0", 5*time.Second)), upstream(t, f.answer("t1", 5*time.Second))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
@@ -189,6 +194,7 @@ func TestHedgeClientLeavingCancelsBoth(t *testing.T) {
 // FAILOVER_HEDGE_BUDGET_RATIO of the first attempts, plus the floor of one a second (ten over
 // the window), and the refused ones are counted as not_started.
 func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
+	t.Parallel()
 	f := hedgeFamilies[1]
 	const requests = 40
 	a, b := upstream(t, f.answer("t0", 300*time.Millisecond)), upstream(t, f.answer("t1", 300*time.Millisecond))
@@ -220,6 +226,7 @@ func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
 // Never hedged: a request of the other family, a stored Responses request, and with failover
 // off.
 func TestHedgeNever(t *testing.T) {
+	t.Parallel()
 	stored := pt.SSE(slowFirst(pt.ResponsesStream(0, "from ", "t0"), 4, 400*time.Millisecond)...)
 	other := pt.JSON(200, `{"object":"list","data":[]}`)
 	other.Delay = 400 * time.Millisecond
@@ -257,6 +264,7 @@ func TestHedgeNever(t *testing.T) {
 // The percentile form learns a target's times to commit: with p95 and fast answers, the delay
 // /targets shows comes down from the default towards the minimum.
 func TestHedgePercentileDelayFollowsTheTarget(t *testing.T) {
+	t.Parallel()
 	f := hedgeFamilies[1]
 	a, b := upstream(t, f.answer("t0", 0)), upstream(t, f.answer("t1", 0))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=p95", "FAILOVER_HEDGE_AFTER_MIN=100ms"})...)

@@ -290,7 +290,12 @@ func (u *Upstream) play(c net.Conn, s Step) {
 	case FaultTrickle:
 		all := append(append([]byte(nil), raw.head...), raw.body...)
 		for i := range all {
-			if _, err := c.Write(all[i : i+1]); err != nil || !wait(s.ChunkDelay) {
+			if _, err := c.Write(all[i : i+1]); err != nil {
+				u.notePeerClosed() // the peer closed: the write failed
+				c.Close()
+				return
+			}
+			if !wait(s.ChunkDelay) { // notes the peer's close itself
 				c.Close()
 				return
 			}
