@@ -51,8 +51,8 @@ type CommitTimes struct {
 	origin  time.Time // the first sample's time; times are kept as nanoseconds since it
 	at      [CommitSamples]int64
 	d       [CommitSamples]int64 // the time in nanoseconds, shifted left by one; the low bit marks a lost attempt's
-	next    int // where the next sample goes in the ring
-	n       int // samples in the ring, up to CommitSamples
+	next    int                  // where the next sample goes in the ring
+	n       int                  // samples in the ring, up to CommitSamples
 
 	// The cache: the samples in the window when it was computed, sorted (as in d).
 	sorted     [CommitSamples]int64
