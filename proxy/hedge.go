@@ -207,8 +207,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 					continue
 				}
 				// A commit, or a stop: the race ends here, and the other is cut.
-				ex.cutLost(other)
-				running--
+				ex.cutLost(other) // waits for it: nothing runs after this
 			}
 			if b != nil {
 				d.mark = observe.HedgeMarkWon
