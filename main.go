@@ -154,7 +154,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	// GOMAXPROCS: half the processors while few requests are in flight, all of them while many
-	// are (README, Performance). An explicit GOMAXPROCS is the operator's: left alone.
+	// are (docs/reliability.md, Performance). An explicit GOMAXPROCS is the operator's: left alone.
 	procs := "GOMAXPROCS"
 	if _, set := lookupEnv(environ, "GOMAXPROCS"); !set {
 		procs = "adaptive"
@@ -221,7 +221,7 @@ func healthcheck(environ []string, stderr io.Writer) int {
 	return 0
 }
 
-// targets prints the running sidecar's target table (README, The target table), read from
+// targets prints the running sidecar's target table (docs/operations.md, The target table), read from
 // /targets on the metrics listener, for a person.
 func targets(environ []string, stdout, stderr io.Writer) int {
 	resp, err := getMetricsListener(environ, "/targets")

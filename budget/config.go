@@ -54,7 +54,7 @@ func (c *Config) Validate() []error {
 	nonNegativeDuration("MAX_ELAPSED", c.MaxElapsed)
 	nonNegative("SAME_TARGET_RETRIES", c.SameTargetRetries)
 	baseOK := nonNegativeDuration("BACKOFF_BASE", c.BackoffBase)
-	// A cap of 0 is no cap (README, Configuration reference: 0 disables a limit), so it is not below the base.
+	// A cap of 0 is no cap (docs/configuration.md, Configuration reference: 0 disables a limit), so it is not below the base.
 	if nonNegativeDuration("BACKOFF_MAX", c.BackoffMax) && baseOK && c.BackoffMax > 0 && c.BackoffMax < c.BackoffBase {
 		bad("BACKOFF_MAX", "must be >= FAILOVER_BACKOFF_BASE (%s) or 0 (no cap), got %s", c.BackoffBase, c.BackoffMax)
 	}

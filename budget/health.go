@@ -14,7 +14,7 @@ import (
 //	probing --Failure or Eject--> ejected again, for the next (possibly longer) time
 //	probing --Release--> expired (the probe told nothing; the next Available probes again)
 //
-// Failures come in two kinds (README, Health). A fast one (a refused connection, a 5xx) costs a probing request
+// Failures come in two kinds (docs/decisions.md, Health). A fast one (a refused connection, a 5xx) costs a probing request
 // little, so a fast ejection lasts EjectBase (10 s by default) and recovery is quick. A silent one (a timeout,
 // SilentFailure) keeps the probing request waiting for the whole timeout, so a silent ejection lasts at least
 // EjectSilent (60 s by default): live requests probe it at most that often. In between, a background probe
@@ -164,7 +164,7 @@ func (h *Health) Eject(now time.Time) time.Duration {
 }
 
 // eject starts the next ejection, silent or fast. h.mu must be held. The failure count is
-// left as it is, for the target table (README, The target table): only an ejected target's
+// left as it is, for the target table (docs/operations.md, The target table): only an ejected target's
 // success sets it back to 0, and nothing reads it while the target is ejected.
 func (h *Health) eject(now time.Time, silent bool) time.Duration {
 	h.inRow++
@@ -259,7 +259,7 @@ func (h *Health) Ejected(now time.Time) bool {
 	return h.ejected && now.Before(h.ejectUntil)
 }
 
-// State is what a target's health lets requests do with it now (failover_target_state, README Health).
+// State is what a target's health lets requests do with it now (failover_target_state, docs/decisions.md, Health).
 type State uint8
 
 const (

@@ -102,7 +102,7 @@ func TestHealth(t *testing.T) {
 	}
 	std := config(3, 30*s, 300*s)
 	rated := &Config{EjectAfter: 3, EjectBase: 30 * s, EjectMax: 300 * s, RateLimitAware: true}
-	// defaults is the shipped policy (README, Health): fast ejections of 10 s, silent ones of 60 s.
+	// defaults is the shipped policy (docs/decisions.md, Health): fast ejections of 10 s, silent ones of 60 s.
 	defaults := &Config{EjectAfter: 5, EjectBase: 10 * s, EjectMax: 10 * s, EjectSilent: 60 * s}
 	repeat := func(n int, st step) []step {
 		out := make([]step, n)

@@ -17,7 +17,7 @@ const rateLimitGuess = time.Second
 // out, the next request to the target either shows the quota back or sets another limit.
 const rateLimitMaxWait = time.Hour
 
-// RateLimit is what one target's answers say about its provider quotas (README, Rate limits): the last figures
+// RateLimit is what one target's answers say about its provider quotas (docs/decisions.md, Rate limits): the last figures
 // reported, and, when they showed a quota spent, until when the target should be skipped so that the requests
 // that follow go to the next candidate before a 429 costs them an attempt.
 //

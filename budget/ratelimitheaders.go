@@ -70,7 +70,7 @@ type rateLimitHeader struct {
 	form                    resetForm
 }
 
-// rateLimitHeaders is every header the sidecar reads quota from (README, Rate limits), in the order they are
+// rateLimitHeaders is every header the sidecar reads quota from (docs/decisions.md, Rate limits), in the order they are
 // read. Per quota, the first row whose remaining figure is valid wins: an answer carrying both families (a
 // gateway in front of both) is read as the OpenAI family's. A row's limit and reset are read only when its
 // remaining figure is valid: alone they can decide nothing.

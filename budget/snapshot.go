@@ -2,7 +2,7 @@ package budget
 
 import "time"
 
-// Snapshot is one target's health at one moment, for the target table (README, The target
+// Snapshot is one target's health at one moment, for the target table (docs/operations.md, The target
 // table): every field read under the Health's lock, so that the state, its end and the counts
 // agree with each other. A plain value: it shares no memory with the Health.
 type Snapshot struct {

@@ -5,7 +5,7 @@ import "time"
 // Sweep walks one request's candidates in order for the first attempt and each transfer, skipping those whose
 // Health refuses them now (ejected, cooling down, rate-limited, or being probed by another request). When that first pass hands
 // out nothing at all because every candidate was refused, a second pass hands them all out anyway, in order and
-// regardless of health: never fail closed on health alone (README, Health). Positions are the proxy's candidate order
+// regardless of health: never fail closed on health alone (docs/decisions.md, Health). Positions are the proxy's candidate order
 // (the strategy's first pick, then declared order); the proxy maps them to targets.
 //
 // Sweep only picks; whether a transfer may happen at all (Request.TransferAllowed, ElapsedAllows, RetryBudget) is

@@ -1,6 +1,6 @@
 // Package classify is the one place that decides what an attempt's outcome means: its class,
 // whether the proxy commits it, retries the same target, transfers to the next one or stops,
-// and the effect on the target's health (README, The decision order). It holds the status list, the error
+// and the effect on the target's health (docs/decisions.md, The decision order). It holds the status list, the error
 // phrases, the stop and success rules and error-body extraction.
 //
 // It is pure: no I/O, no clock, no goroutines, and it imports nothing of this module. The proxy
@@ -79,7 +79,7 @@ func patternsOf(rules []Rule) []*regexp.Regexp {
 // DefaultStatuses is FAILOVER_RETRY_ON_STATUSES when unset.
 const DefaultStatuses = "408,429,5xx"
 
-// Decide returns the verdict for one attempt's outcome, in the order README's "The decision
+// Decide returns the verdict for one attempt's outcome, in the order docs/decisions.md's "The decision
 // order" gives: client gone, already committed, stop rules, success rules, no status,
 // credentials and quota, context window, statuses, phrases, anything else stops. An answer without content (an empty body or stream, a chat
 // completion without choices; not a response that cannot have a body, Outcome.NoBody) is
@@ -121,7 +121,7 @@ func (p *Policy) decide(o *Outcome) Verdict {
 			// A target that kept the request in silence and then closed or reset the
 			// connection (a load balancer or an overloaded server ending what it cannot serve)
 			// is as silent as one that timed out, and a retry would wait the silence again: it
-			// transfers at once and counts as a timeout (README, Health).
+			// transfers at once and counts as a timeout (docs/decisions.md, Health).
 			v.Class, v.Health = ClassSilentClose, HealthSilent
 		}
 		// Only a refused or reset connection is worth the same target again, and a reset only
@@ -214,7 +214,7 @@ func (p *Policy) errorBody(o *Outcome, status int, info *ErrorInfo) Verdict {
 // no_choices). The client would get a 502 of the sidecar's own, so stop rules hold for it as for
 // any 502. But FAILOVER_RETRY_ON_STATUSES names statuses upstreams send, and this one no upstream
 // sent: like an attempt without an answer (rule 5), it is recoverable whatever the list says
-// (README, The decision order: an empty stream is recoverable), transient and a health failure, as a 5xx is.
+// (docs/decisions.md, The decision order: an empty stream is recoverable), transient and a health failure, as a 5xx is.
 func (p *Policy) emptyAnswer(o *Outcome, class Class) Verdict {
 	v := Verdict{Class: class, Health: HealthFailure, Reason: ReasonEmpty, Status: 502}
 	if p.matchStop(v.Status, o.Body) {

@@ -186,7 +186,7 @@ func TestRetryAfter(t *testing.T) {
 	})
 }
 
-// README, The decision order, rule 5: a close or reset without a byte of answer that ends a
+// docs/decisions.md, The decision order, rule 5: a close or reset without a byte of answer that ends a
 // silence of at least 1 s after the request was sent (or FAILOVER_CONNECT_TIMEOUT, when that is
 // shorter) is a silent failure: it transfers at once, never retried on the same target, and
 // counts as a timeout. A quicker one is a plain reset, retried while retries are left.

@@ -1,7 +1,7 @@
 package classify
 
 // PrefillRefusals are the phrases by which a provider refuses a conversation that ends with an
-// assistant message: a continuation asked as a prefill (README, Resume a cut stream). Each is
+// assistant message: a continuation asked as a prefill (docs/streams.md, Resume a cut stream). Each is
 // lower-case ASCII and is matched, ignoring ASCII case, anywhere in the error body's first 64
 // KiB, so that it is found in a message, in a provider error a gateway nests in its own
 // (OpenRouter's metadata.raw), or in a body that is plain text (GitHub Copilot's).
@@ -32,7 +32,7 @@ var prefillRefusals = func() [][]byte {
 
 // PrefillRefused reports whether an error answer with this status and body refuses a prefill:
 // a 400 whose body holds one of PrefillRefusals. An error event before content counts with
-// the status it maps to (README, The status of an error event). It never allocates.
+// the status it maps to (docs/streams.md, The status of an error event). It never allocates.
 func PrefillRefused(status int, body []byte) bool {
 	if status != 400 {
 		return false

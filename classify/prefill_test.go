@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// README, Resume a cut stream: the phrases by which providers refuse a prefill, held against
+// docs/streams.md, Resume a cut stream: the phrases by which providers refuse a prefill, held against
 // the error bodies they really send (testdata/prefill/SOURCES.md), and against bodies of
 // neighbouring errors they must not be mistaken for. Every phrase is found in some body.
 func TestPrefillRefusalFixtures(t *testing.T) {

@@ -1,7 +1,7 @@
 package classify
 
 // Interruption is what the proxy knows when a committed stream is interrupted with resume on
-// (README, Resume a cut stream): what the stream delivered, and what the budgets still permit.
+// (docs/streams.md, Resume a cut stream): what the stream delivered, and what the budgets still permit.
 // The proxy looks up the candidate before it asks the retry budget, so that no token goes to a
 // resume that cannot happen (as for a transfer).
 type Interruption struct {

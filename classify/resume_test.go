@@ -73,7 +73,7 @@ func TestDecideResumeHealth(t *testing.T) {
 
 // A resume attempt that does not continue the stream stops: one that failed keeps its class,
 // reason and health; one that would have committed (its first content was not text) says the
-// resume was abandoned, not that it went well (README, The request record).
+// resume was abandoned, not that it went well (docs/operations.md, The request record).
 func TestResumeStopped(t *testing.T) {
 	p := defaultPolicy()
 	for _, tc := range []struct {

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Limits on rule groups (README, Configuration reference, Rules).
+// Limits on rule groups (docs/configuration.md, Configuration reference, Rules).
 const (
 	MaxRules         = 64   // rules per group (stop, success)
 	MaxPatternBytes  = 4096 // bytes per pattern

@@ -14,7 +14,7 @@ const (
 	// decisive one, or those within the peek limit).
 	KindStreamCommit
 	// KindStreamError is an error event that arrived before any business content: Body is
-	// its data. Its status comes from the payload (README, The status of an error event), else 502.
+	// its data. Its status comes from the payload (docs/streams.md, The status of an error event), else 502.
 	KindStreamError
 	// KindStreamEmpty is a stream that ended ([DONE] or EOF) before any business content.
 	KindStreamEmpty
@@ -111,7 +111,7 @@ const (
 	HealthEject                 // ejects at once (the target's credentials are rejected or its quota is gone)
 	// HealthSilent is a failure by timing out (connect, first byte, attempt) or by a silent close: it counts
 	// as HealthFailure does, and an ejection it causes is the silent kind, whose live probes are spaced
-	// further apart because each one keeps a request waiting (README, Health).
+	// further apart because each one keeps a request waiting (docs/decisions.md, Health).
 	HealthSilent
 )
 
@@ -187,7 +187,7 @@ type Outcome struct {
 
 	ClientGone bool // the client went away
 	Committed  bool // bytes already reached the client
-	// Resume: the attempt continues a cut stream (README, Resume a cut stream); a 4xx has no
+	// Resume: the attempt continues a cut stream (docs/streams.md, Resume a cut stream); a 4xx has no
 	// health effect (resumeHealth).
 	Resume bool
 	// PrefillAsked: a resume attempt that asked for the continuation as a prefill in the auto

@@ -70,7 +70,7 @@ var rateLimitHeaders = []string{
 	"anthropic-ratelimit-output-tokens-reset: 2099-03-01T12:00:09Z",
 }
 
-// Reading an answer's rate-limit headers (README, Rate limits) allocates nothing either, also
+// Reading an answer's rate-limit headers (docs/decisions.md, Rate limits) allocates nothing either, also
 // while the target is rate-limited (a spent output-token quota: the one target is tried
 // anyway, and each answer renews the limit).
 func TestProxyAllocsRateLimitHeaders(t *testing.T) {
@@ -96,7 +96,7 @@ func TestProxyAllocsRateLimitHeaders(t *testing.T) {
 }
 
 // A request carrying W3C Trace Context costs nothing more: its trace id goes into the request
-// record (README, The request record) without allocating.
+// record (docs/operations.md, The request record) without allocating.
 func TestProxyAllocsTraceContext(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")

@@ -62,7 +62,7 @@ func (ex *exchange) lendBody(b []byte) []byte {
 
 // answer sends the final answer after a stop, an exhausted sweep or a spent budget: the last
 // attempt's upstream answer when there was one, else a family-shaped error of the sidecar's
-// own (README, The decision order, and Errors the sidecar makes).
+// own (docs/decisions.md, The decision order, and Errors the sidecar makes).
 func (ex *exchange) answer(a *attempt, v classify.Verdict, outcome observe.Outcome) {
 	ctx := ex.ctx
 	ex.Outcome, ex.Status = outcome, v.Status

@@ -12,7 +12,7 @@ import (
 // An error event before content whose data only looks like an error document, its "error"
 // behind a missing comma, is no document an SDK can read: the client gets the sidecar's own
 // upstream_stream_error in the family's shape, never the provider's
-// bytes sent as application/json (README, Errors the sidecar makes). The same event
+// bytes sent as application/json (docs/decisions.md, Errors the sidecar makes). The same event
 // well-formed goes back as it is.
 func TestStreamErrorEventThatIsNotJSONIsNotPassedOn(t *testing.T) {
 	t.Parallel()

@@ -284,7 +284,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 	a.body = b
 }
 
-// peek holds an SSE stream until the gate decides: commit, error, or empty (README,
+// peek holds an SSE stream until the gate decides: commit, error, or empty (docs/streams.md,
 // Streams: the pre-commit peek).
 func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
 	up := &a.up

@@ -115,7 +115,7 @@ func checkInterrupted(t *testing.T, r sidecar.Response, want string) {
 // middle of an event (inside a field name, inside the JSON, between the line ends of its blank
 // line; LF or CRLF line ends), that event's start never reaches the client, and the sidecar's
 // error event follows the last whole event, so a strict reader (an SDK) parses every event and
-// raises stream_interrupted rather than a JSON syntax error (README, Streams). It holds for
+// raises stream_interrupted rather than a JSON syntax error (docs/streams.md, Streams). It holds for
 // events read after commit (one event per read) and for the bytes read with the event that
 // committed (the whole body in one read), for a close and a reset, and for a stall the idle
 // timeout ends.
@@ -224,7 +224,7 @@ func chunkData(chunks []pt.Chunk) []string {
 // A body that ends properly inside an event whose data is whole (its blank line, or its last
 // line end and the blank line, never came: some servers and proxies end a stream so) ends the
 // stream as if they had come: the event reaches the client whole, with its blank line, and
-// counts for the stream's end (README, Streams). An event cut short (its JSON incomplete) is an
+// counts for the stream's end (docs/streams.md, Streams). An event cut short (its JSON incomplete) is an
 // interruption, as before: its start never reaches the client, which reads the whole events
 // and then the error event.
 func TestStreamCleanEndInsideAnEvent(t *testing.T) {
@@ -335,7 +335,7 @@ func TestStreamEventsSplitAcrossReadsArriveUnchanged(t *testing.T) {
 	}
 }
 
-// The sidecar holds back at most 64 KiB of an event (README, Streams): a larger event goes out
+// The sidecar holds back at most 64 KiB of an event (docs/streams.md, Streams): a larger event goes out
 // as it comes, and a cut inside it shows the client its start, closed by the blank line that
 // opens the error event, as every cut did before.
 func TestStreamCutInsideAnEventTooLargeToHold(t *testing.T) {

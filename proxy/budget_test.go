@@ -226,7 +226,7 @@ func TestTargetRetriesUsedUp(t *testing.T) {
 		t.Error("target_transfer_limit_reached not logged")
 	}
 	// An ordinary transfer: it shows in failover_attempts_total, and no budget that ends a
-	// request was exhausted (README, Metrics).
+	// request was exhausted (docs/operations.md, Metrics).
 	page := s.ScrapeMetrics()
 	if got := metric(page, `failover_attempts_total{target="t0",class="server_error",action="transfer"}`); got != 1 {
 		t.Errorf("transfers counted %v, want 1", got)

@@ -20,7 +20,7 @@ func ledgerSteps(rec map[string]any) string {
 }
 
 // With no policy variable set, a transient failure is retried once on the same target before
-// the request is transferred (README, How it decides: FAILOVER_SAME_TARGET_RETRIES defaults
+// the request is transferred (docs/decisions.md, How it decides: FAILOVER_SAME_TARGET_RETRIES defaults
 // to 1). Failures that a second try cannot heal go to the next target at once.
 func TestDefaultsRetryTransientFailuresOnce(t *testing.T) {
 	t.Parallel()
@@ -73,7 +73,7 @@ func TestDefaultsRetryTransientFailuresOnce(t *testing.T) {
 
 // A target that did not answer in time is never waited on twice, however many retries it
 // has: a connect, first-byte or attempt timeout transfers at once. It still counts against the
-// target's health, as a timeout (README, Health).
+// target's health, as a timeout (docs/decisions.md, Health).
 func TestTimeoutsTransferAtOnce(t *testing.T) {
 	t.Parallel()
 	stall := pt.Step{Fault: pt.FaultStall}
@@ -128,7 +128,7 @@ const (
 )
 
 // A prompt that does not fit the model's context window goes only to a candidate that sends
-// another model (README, The decision order, rule 5b): a 128k primary, a 1M fallback.
+// another model (docs/decisions.md, The decision order, rule 5b): a 128k primary, a 1M fallback.
 func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 	t.Parallel()
 	t.Run("the same model elsewhere is passed over for a bigger one", func(t *testing.T) {
@@ -183,7 +183,7 @@ func TestContextWindowGoesToABiggerModelOnly(t *testing.T) {
 	})
 }
 
-// A model that did not take the prompt stays passed over for the rest of the request (README,
+// A model that did not take the prompt stays passed over for the rest of the request (docs/decisions.md,
 // The decision order, rule 5b: "the same model cannot take the prompt anywhere"), not only for
 // the transfer that follows its context-window error: when the bigger model then fails in its
 // own way, the request does not go back to a candidate that sends a model already too small.

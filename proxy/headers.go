@@ -146,7 +146,7 @@ var clientCredentials = newNameSet([]byte("Authorization"), []byte("X-Api-Key"),
 	[]byte("OpenAI-Organization"), []byte("OpenAI-Project"))
 
 // buildRequest writes the upstream request's head for attempt a into ex.upHead, and points
-// ex.upBody at its body (README, Headers). The head is built by hand rather than through a
+// ex.upBody at its body (docs/decisions.md, Headers). The head is built by hand rather than through a
 // fasthttp.RequestHeader: the client's headers are copied once, skipping the ones the sidecar
 // drops or sets itself, instead of copied whole and then deleted and set one by one.
 func (ex *exchange) buildRequest(a *attempt) {
@@ -263,7 +263,7 @@ func appendHeaderLine(b, k, v []byte) []byte {
 }
 
 // hasUnderscore reports whether header name k has a '_'. Such a client header is dropped
-// unless FAILOVER_ALLOW_UNDERSCORE_HEADERS=true (README, Headers), as nginx does by default: a
+// unless FAILOVER_ALLOW_UNDERSCORE_HEADERS=true (docs/decisions.md, Headers), as nginx does by default: a
 // server that reads headers CGI-style (HTTP_X_API_KEY), behind a target or a proxy in front of
 // it, takes X_Api_Key for X-Api-Key, a header the sidecar removed or set itself.
 func hasUnderscore(k []byte) bool { return bytes.IndexByte(k, '_') >= 0 }

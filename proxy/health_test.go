@@ -38,7 +38,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 
 // failover_target_up and failover_target_state follow the real state: an ejection that has
 // run out is probing, not up, until a request shows the target healthy; a cooldown is not up
-// either (README, Health).
+// either (docs/decisions.md, Health).
 func TestTargetStateFollowsHealth(t *testing.T) {
 	t.Parallel()
 	a := upstream(t, busy)
@@ -68,7 +68,7 @@ func TestTargetStateFollowsHealth(t *testing.T) {
 }
 
 // A target that keeps failing fast costs one failed attempt per ejection: the request that
-// probes it is not retried on it, and goes on to the next target (README, Health).
+// probes it is not retried on it, and goes on to the next target (docs/decisions.md, Health).
 func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 	t.Parallel()
 	a := upstream(t, busy)
@@ -104,7 +104,7 @@ func TestFastFailingTargetIsProbedOncePerEjection(t *testing.T) {
 
 // A target ejected for timing out is kept from live requests for FAILOVER_EJECT_SILENT (here
 // an hour), but the background probe sees it answer again within FAILOVER_PROBE_INTERVAL:
-// the next request probes it, and it is back (README, Health).
+// the next request probes it, and it is back (docs/decisions.md, Health).
 func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 	t.Parallel()
 	a := upstream(t, pt.Step{Fault: pt.FaultStall})
@@ -156,7 +156,7 @@ func TestSilentTargetComesBackThroughTheBackgroundProbe(t *testing.T) {
 
 // A background probe that the target answers while it still times out real requests is
 // believed once: after that live probe times out, live requests probe the target only every
-// FAILOVER_EJECT_SILENT, however often the background probe is answered (README, Health).
+// FAILOVER_EJECT_SILENT, however often the background probe is answered (docs/decisions.md, Health).
 func TestLyingBackgroundProbeIsBelievedOnce(t *testing.T) {
 	t.Parallel()
 	a, err := pt.NewResponder(func(r *pt.Request) pt.Step {

@@ -33,7 +33,7 @@ func loopbackPair(tb testing.TB) (accepted, dialled net.Conn) {
 }
 
 // A committed SSE stream holds the start of an event back in a buffer lent only while it holds
-// one (README, Streams): a stream waiting between events holds none, and holding and sending
+// one (docs/streams.md, Streams): a stream waiting between events holds none, and holding and sending
 // an event that came in two reads allocates nothing once the pool has a buffer.
 func TestPipeHoldsAnEventStartOnlyWhileItWaitsForItsEnd(t *testing.T) {
 	w, peer := loopbackPair(t)

@@ -36,7 +36,7 @@ type pipe struct {
 	head      []byte
 	tail      []byte // the final error event, once the stream is interrupted
 
-	// An SSE stream goes out in whole events (README, Streams): the start of an event whose
+	// An SSE stream goes out in whole events (docs/streams.md, Streams): the start of an event whose
 	// blank line has not arrived is held in a buffer lent from holdBuffers while it holds
 	// bytes, and goes out with the event's end. An event that outgrows holdLimit goes out as
 	// it comes (passing) until it ends.
@@ -172,7 +172,7 @@ const streamWriteSize = 16 << 10
 var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWriteSize+256); return &b }}
 
 // holdLimit bounds the start of an event a committed SSE stream holds back until the event's
-// end arrives (README, Streams). The largest events providers send are the Responses API's
+// end arrives (docs/streams.md, Streams). The largest events providers send are the Responses API's
 // last ones (response.output_text.done, response.completed), which repeat the whole answer
 // and echo the request's instructions: 64 KiB covers answers of several thousand tokens,
 // and is half of what the default peek holds per stream before commit. A larger event goes
@@ -184,7 +184,7 @@ const holdLimit = 64 << 10
 var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, netio.ReadBufferSize); return &b }}
 
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
-// the stream complete: README, Streams), or the client left (a write failed, or the client's
+// the stream complete: docs/streams.md, Streams), or the client left (a write failed, or the client's
 // connection closed while the upstream was silent). Anything else was an interruption, which
 // the client has been shown. An interruption the stream may be resumed from goes on with the
 // continuation (tryResume).
@@ -271,7 +271,7 @@ func (p *pipe) pump(w net.Conn) error {
 // (io.EOF) inside an SSE event whose data is whole (Gate.OpenEventEnd: a JSON object, or
 // [DONE]), the writer left out only the event's blank line, as some servers and proxies do:
 // the missing line ends are read and forwarded as if they had come, so that the event reaches
-// the client whole and counts for the stream's end (README, Streams); so also for an event too
+// the client whole and counts for the stream's end (docs/streams.md, Streams); so also for an event too
 // large to hold, whose start already went out. An event cut short is left as it is: the stream
 // was cut, and its start, if held, never goes out.
 func (p *pipe) bodyEnded(w net.Conn, err error) error {

@@ -13,7 +13,7 @@ import (
 	"github.com/llm-failover/failover/proxy/internal/observe"
 )
 
-// The background probe (README, Health). A target ejected for timing out keeps every request
+// The background probe (docs/decisions.md, Health). A target ejected for timing out keeps every request
 // that probes it waiting for the whole timeout, so live requests probe it only every
 // FAILOVER_EJECT_SILENT. In between, every FAILOVER_PROBE_INTERVAL, the sidecar itself asks
 // it: the path of the request that timed out, with an empty JSON object as the body, the

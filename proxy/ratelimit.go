@@ -11,7 +11,7 @@ import (
 // observeHead reads the head of the answer just read, in one walk over its lines (a lookup per
 // name would walk them once per name): its Retry-After (or Retry-After-Ms) into a, what
 // copyResponseHeaders will need of it, and its quota figures for its target's rate limit
-// (README, Rate limits), on every answer whatever its status: a 200 that shows a quota spent is
+// (docs/decisions.md, Rate limits), on every answer whatever its status: a 200 that shows a quota spent is
 // what lets the next requests go elsewhere before a 429 costs them an attempt. The rate limit
 // reads policy time, as the selection that consults it does. It allocates nothing, except for
 // the log event of a limit that begins (and fasthttp's one allocation when it walks the headers

@@ -45,7 +45,7 @@ func okWith(header ...string) pt.Step { return pt.JSON(200, pt.ChatCompletion("h
 func rfc3339In(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339) }
 
 // Each provider's headers, sent by a scripted upstream on a 200: a target that reports a quota
-// spent is skipped, without an attempt, until the reset it gave, then used again (README,
+// spent is skipped, without an attempt, until the reset it gave, then used again (docs/decisions.md,
 // Rate limits).
 func TestRateLimitedTargetIsSkippedUntilItsReset(t *testing.T) {
 	t.Parallel()
@@ -123,7 +123,7 @@ func TestRateLimitedTargetIsSkippedUntilItsReset(t *testing.T) {
 }
 
 // Headers that are absent or malformed say nothing: they neither limit the target nor count
-// in the gauge (README, Rate limits).
+// in the gauge (docs/decisions.md, Rate limits).
 func TestRateLimitMalformedHeadersChangeNothing(t *testing.T) {
 	t.Parallel()
 	for _, header := range [][]string{

@@ -7,7 +7,7 @@ import (
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
-// Errors the sidecar writes itself (README, Errors the sidecar makes) are shaped like the
+// Errors the sidecar writes itself (docs/decisions.md, Errors the sidecar makes) are shaped like the
 // family's own errors, so an SDK raises its usual exception with a useful message.
 //
 //	chat, responses, other: {"error":{"message":"...","type":"failover_error","code":"..."}}
@@ -54,7 +54,7 @@ func appendErrorBody(dst []byte, f stream.Family, code, message string) []byte {
 // appendInterruptedEvent appends the one final event a committed stream gets when it cannot
 // end cleanly, in the family's shape. It follows whole events (the start of an event the
 // upstream was cut inside is not sent), except after the start of an event too large to hold
-// back (README, Streams): the blank line it opens with makes it a new event even then.
+// back (docs/streams.md, Streams): the blank line it opens with makes it a new event even then.
 func appendInterruptedEvent(dst []byte, f stream.Family, message string) []byte {
 	dst = append(dst, "\n\n"...)
 	switch f {

@@ -19,7 +19,7 @@ import (
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
-// Resume (README, Resume a cut stream): with FAILOVER_RESUME=on, a committed chat or messages
+// Resume (docs/streams.md, Resume a cut stream): with FAILOVER_RESUME=on, a committed chat or messages
 // stream that is cut while it has delivered nothing but text is continued on a target marked
 // resumable. The continuation is asked for with the delivered text as a partial assistant
 // turn (a prefill), or as an assistant turn followed by a user turn that asks to continue it
@@ -209,7 +209,7 @@ func messagesEnd(b []byte) (msgEnd, objEnd int) {
 
 // resumeForm is the form a continuation is asked in on t: its _RESUME, but a messages
 // request always gets a plain prefill for prefix and continue (Anthropic's form), and auto is a
-// prefill unless t refused one for the model it sends for this request (README, Resume a cut
+// prefill unless t refused one for the model it sends for this request (docs/streams.md, Resume a cut
 // stream), then by instruction.
 func (ex *exchange) resumeForm(t *Target) config.ResumeMode {
 	switch m := t.resume; {
@@ -286,7 +286,7 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time, take bool) *Tar
 	return nil
 }
 
-// prefillRefusals are the models a target refused a prefill for (README, Resume a cut stream):
+// prefillRefusals are the models a target refused a prefill for (docs/streams.md, Resume a cut stream):
 // learnt by auto's resumes, and kept for the life of the process, at most maxPrefillRefusals
 // of them (a model is the client's to name: past that many, auto asks for a prefill first
 // again). Part of the Target; safe for concurrent use.
@@ -544,7 +544,7 @@ func (r *resumption) accept(a *attempt, form config.ResumeMode) bool {
 }
 
 // notResumed reports an interruption that was not resumed: the budgets' refusals as for a
-// transfer (README, Named log events), and every refusal but a cancellation as
+// transfer (docs/operations.md, Named log events), and every refusal but a cancellation as
 // stream_not_resumed.
 func (ex *exchange) notResumed(a *attempt, why classify.ResumeReason) {
 	now := ex.policyNow()

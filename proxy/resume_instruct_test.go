@@ -14,7 +14,7 @@ import (
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
-// README, Resume a cut stream: a target marked instruct is asked to continue the answer by
+// docs/streams.md, Resume a cut stream: a target marked instruct is asked to continue the answer by
 // instruction (the delivered text as an assistant message, then a user message asking to go
 // on), and auto asks for a prefill first and by instruction where the target refuses it.
 

@@ -30,7 +30,7 @@ func TestNewRefusesAnUnknownResumeForm(t *testing.T) {
 }
 
 // With FAILOVER_RESUME_MAX=0 no stream can be resumed, and none pays for it, as with
-// FAILOVER_RESUME=off (README, Resume a cut stream): a stream that could be resumed otherwise
+// FAILOVER_RESUME=off (docs/streams.md, Resume a cut stream): a stream that could be resumed otherwise
 // copies nothing of its request at commit, so its exchange never gets a resumption, and its
 // events do not go through a transcript. Every exchange the server uses is made by its pool's
 // New, so the test sees them all.

@@ -14,7 +14,7 @@ import (
 	"github.com/llm-failover/failover/proxy/proxytest/sidecar"
 )
 
-// README, Resume a cut stream: with FAILOVER_RESUME=on, a chat or messages stream cut after it
+// docs/streams.md, Resume a cut stream: with FAILOVER_RESUME=on, a chat or messages stream cut after it
 // delivered text is continued on a target marked resumable, spliced into the client's stream.
 
 const messagesStreamBody = `{"model":"claude","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"Tell a story"}]}`
@@ -407,7 +407,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 }
 
 // A target that refuses the prefill is not taken out: the 400 that says so has no health
-// effect, even from a target that has failed before (README, Resume a cut stream). A 503 from
+// effect, even from a target that has failed before (docs/streams.md, Resume a cut stream). A 503 from
 // the same target would count: one more failure ejects it.
 func TestResumeRefusedPrefillHasNoHealthEffect(t *testing.T) {
 	t.Parallel()
@@ -531,7 +531,7 @@ func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
 // again while resumes are left, and once they are spent it ends as any cut stream does, after
 // the text both delivered.
 // A stream cut while the sidecar drains for its shutdown is not resumed: a new generation
-// would be cut by the shutdown timeout in turn (README, Resume a cut stream).
+// would be cut by the shutdown timeout in turn (docs/streams.md, Resume a cut stream).
 func TestResumeNeverWhileShuttingDown(t *testing.T) {
 	t.Parallel()
 	first := pt.SSE(append(pt.Events(0, chatWords("a", false, "Once upon a ti")...), pt.Chunk{Data: ": late\n\n", Delay: 400 * time.Millisecond})...)
@@ -656,7 +656,7 @@ func TestResumeContinuationEventTooLargeToSplice(t *testing.T) {
 	}
 }
 
-// A resume target whose ejection has run out is tried as its probe (README, Health): the resume
+// A resume target whose ejection has run out is tried as its probe (docs/decisions.md, Health): the resume
 // takes the probe as any request would, so that a failure re-ejects the target at once, and no
 // other request probes it meanwhile. Tried without taking the probe, its failure would change
 // nothing, and the target would stay open to the next request.
@@ -691,7 +691,7 @@ func TestResumeOnAnExpiredEjectionTakesTheProbe(t *testing.T) {
 }
 
 // A client that leaves while a resume attempt runs takes the attempt's health effect with it, as
-// for any attempt (README, The decision order, rule 1): the resume target's 503, which arrives
+// for any attempt (docs/decisions.md, The decision order, rule 1): the resume target's 503, which arrives
 // after the client left and before the sidecar looked, neither counts against the target nor
 // is a failed resume.
 func TestResumeAttemptWhoseClientLeftHasNoHealthEffect(t *testing.T) {
@@ -751,7 +751,7 @@ func checkResumeCancelled(t *testing.T, s *sidecar.Sidecar, outcome string) {
 }
 
 // The shutdown timeout that cuts a resume attempt in progress is what the client is told, as
-// for any stream the shutdown cuts (README, Resume a cut stream): the sidecar's
+// for any stream the shutdown cuts (docs/streams.md, Resume a cut stream): the sidecar's
 // stream_interrupted event saying it is shutting down, not the original interruption's
 // (neither the sidecar's message nor the upstream's own error event); the attempt is
 // cancelled and says nothing of the resume target.
@@ -803,7 +803,7 @@ func TestResumeAttemptCutByTheShutdown(t *testing.T) {
 	}
 }
 
-// With resume on, a stream whose [DONE] lacks its blank line ends cleanly (README, Streams), its
+// With resume on, a stream whose [DONE] lacks its blank line ends cleanly (docs/streams.md, Streams), its
 // last event read through the transcript like any other: nothing is resumed.
 func TestResumeNotForAStreamEndingWithoutItsBlankLine(t *testing.T) {
 	t.Parallel()

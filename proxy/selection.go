@@ -6,7 +6,7 @@ import (
 )
 
 // A strategy picks a request's first candidate among the targets that serve it; the rest
-// follow in declared order (README, How it decides: Candidates). Each strategy is a small
+// follow in declared order (docs/decisions.md, How it decides: Candidates). Each strategy is a small
 // type behind one method, safe for concurrent use, listed with its name in strategies.
 type strategy interface {
 	// first returns the target index of the first candidate, one of eligible (the target

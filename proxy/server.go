@@ -25,7 +25,7 @@ import (
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
-// maxHeaderBytes bounds a request's header block (README, Errors the sidecar makes: 431 above 16 KiB).
+// maxHeaderBytes bounds a request's header block (docs/decisions.md, Errors the sidecar makes: 431 above 16 KiB).
 const maxHeaderBytes = 16 << 10
 
 // clientTimeout is the client side's timeouts. A sidecar serves its own pod over loopback, so
@@ -314,7 +314,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) LeakedProbes() int64 { return s.leakedProbes.Load() }
 
 // Ready reports whether at least one target is not ejected, and the server is not shutting
-// down: /readyz (README, Deployment, Kubernetes sidecar).
+// down: /readyz (docs/operations.md, Deployment, Kubernetes sidecar).
 func (s *Server) Ready() bool {
 	if s.closing.Load() {
 		return false
@@ -404,7 +404,7 @@ func (s *Server) serveRequest(ctx *fasthttp.RequestCtx) {
 		ex.reject(fasthttp.StatusNotFound, codeNotFound, "only /v1/... is proxied (and /healthz, /readyz)")
 	case ctx.IsTrace() || ctx.IsConnect():
 		// No LLM API takes them. A TRACE that a target echoes would hand the client the
-		// target's own key, which the sidecar added to the request (README, Errors).
+		// target's own key, which the sidecar added to the request (docs/decisions.md, Errors).
 		ctx.Response.Header.Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 		ex.reject(fasthttp.StatusMethodNotAllowed, codeMethodNotAllowed, "TRACE and CONNECT are not proxied")
 	case s.closing.Load():

@@ -81,7 +81,7 @@ func playSilent(t *testing.T, stream bool, script []pt.Step, want string, extra 
 // A target that keeps a request in silence for 3 s and then closes or resets the connection,
 // without a byte of answer, has failed as silently as one that timed out: with the defaults
 // (one same-target retry, FAILOVER_CONNECT_TIMEOUT 5 s, so the threshold is 1 s) the request
-// transfers at once, and the client waits the silence once, not twice (README, The decision
+// transfers at once, and the client waits the silence once, not twice (docs/decisions.md, The decision
 // order, rule 5).
 func TestSilentCloseTransfersAtOnce(t *testing.T) {
 	t.Parallel()
@@ -143,7 +143,7 @@ func TestSilentCloseThreshold(t *testing.T) {
 }
 
 // A silent close counts against the target's health as a timeout does: the ejection it causes
-// is the silent kind, lasting FAILOVER_EJECT_SILENT (README, Health). A quick reset ejects for
+// is the silent kind, lasting FAILOVER_EJECT_SILENT (docs/decisions.md, Health). A quick reset ejects for
 // FAILOVER_EJECT_BASE, as any fast failure does. With no
 // other candidate, a silent close is still never retried: the client gets 502 at once.
 func TestSilentCloseHealth(t *testing.T) {

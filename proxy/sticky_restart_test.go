@@ -7,7 +7,7 @@ import (
 
 // A session keeps its target across a restart of the sidecar (a rollout, a crash): two
 // sidecars with the same targets send every session to the same target, so the prompt cache
-// the session built stays where it is (README, Configuration reference, Policy: FAILOVER_STRATEGY).
+// the session built stays where it is (docs/configuration.md, Configuration reference, Policy: FAILOVER_STRATEGY).
 func TestStickySurvivesARestart(t *testing.T) {
 	t.Parallel()
 	a, b, c := upstream(t), upstream(t), upstream(t)

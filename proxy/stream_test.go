@@ -612,7 +612,7 @@ func TestCompressedStreamGoesThroughAtHeaders(t *testing.T) {
 // testdata/sse/chat/llamacpp_error_field.sse; the bytes coddy-project/coddy-agent#106 quotes).
 // The failure is judged with the status it carries, like any in-stream error: it is no empty
 // stream that every target is tried on. It says the prompt exceeds the context size, so it
-// goes only to a target that sends another model (README, The decision order, rule 5b), and
+// goes only to a target that sends another model (docs/decisions.md, The decision order, rule 5b), and
 // with none it stops with its 400, the caller's to fix.
 func TestStreamLlamaCppErrorField(t *testing.T) {
 	t.Parallel()
@@ -676,7 +676,7 @@ func records(t *testing.T, family, name string) []string {
 // event, a terminated chunked body, outcome ok. An other stream is also complete after an event
 // whose type ends in ".done" (OpenAI's audio streams). Without them a clean end is still an
 // interruption. The finish chunk counts wherever it arrives: held before commit, after it, or
-// with the whole stream before commit (README, Streams).
+// with the whole stream before commit (docs/streams.md, Streams).
 func TestStreamCleanEndAfterFinish(t *testing.T) {
 	t.Parallel()
 	const (

@@ -99,7 +99,7 @@ func (ex *exchange) usableLeft(now time.Time) bool {
 // from goes to, or nil when none is left; a candidate handed out as its target's probe is
 // leased (ex.lease). A verdict that wants another model (a context-window error) adds the
 // model from sent to those too small for the prompt, and from then on every candidate that
-// would send one of them is passed over, for the rest of the request (README, The decision
+// would send one of them is passed over, for the rest of the request (docs/decisions.md, The decision
 // order, rule 5b): a later transfer, from a bigger model that failed in another way, must not
 // go back to a model that cannot take the prompt.
 func (ex *exchange) nextCandidate(from *Target, v classify.Verdict) *Target {
@@ -178,7 +178,7 @@ func (ex *exchange) selectCandidates(now time.Time) {
 }
 
 // limit measures the budgets for a verdict that wants a retry or a transfer and lets classify
-// apply them. It logs the budget events (README, Named log events). next is a transfer's candidate,
+// apply them. It logs the budget events (docs/operations.md, Named log events). next is a transfer's candidate,
 // which run looked up; when the budgets turn a retry into a transfer, limit looks up its
 // candidate, and with none left the sweep ends there, before the retry budget is asked, so
 // that no token goes to a transfer that cannot happen. It returns the limited verdict and,

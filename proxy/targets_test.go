@@ -46,7 +46,7 @@ func byName(t *testing.T, table proxy.TargetTable, name string) proxy.TargetStat
 }
 
 // The table shows each state a target can be in, with when it ends, the counts, the last
-// error, the latencies and the last rate-limit figures (README, The target table). Each target
+// error, the latencies and the last rate-limit figures (docs/operations.md, The target table). Each target
 // serves a model of its own, so that each request goes to the one target it is meant for. An
 // ejected target shows the failures that ejected it; the latency of answers is what they took,
 // where least-latency's figure charges each failure FAILOVER_CONNECT_TIMEOUT (5s), and a target
@@ -204,7 +204,7 @@ func TestTargetTableUnderTraffic(t *testing.T) {
 	}
 }
 
-// A committed stream that its upstream cuts counts against the target (README, Health), and
+// A committed stream that its upstream cuts counts against the target (docs/decisions.md, Health), and
 // the table says so: its last error is interrupted, as the ledger's class is.
 func TestTargetTableShowsAStreamCutAfterCommit(t *testing.T) {
 	t.Parallel()

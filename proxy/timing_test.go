@@ -14,7 +14,7 @@ import (
 // end of the answer it is about, a stream's idle timeout from its last write.
 
 // A health report is made at the attempt's end, read after its last read: the cooldown an
-// answer asks for (README, Health) runs its whole length from when the answer's body ended,
+// answer asks for (docs/decisions.md, Health) runs its whole length from when the answer's body ended,
 // not from an earlier reading. The body's last chunk comes in two parts, the second late: it
 // is read within the body's framing, after the last wait for the body's bytes.
 func TestCooldownRunsFromTheEndOfASlowBody(t *testing.T) {
@@ -44,7 +44,7 @@ func TestCooldownRunsFromTheEndOfASlowBody(t *testing.T) {
 	}
 }
 
-// A committed stream's idle timeout (README, Streams) counts from the end of its last write to
+// A committed stream's idle timeout (docs/streams.md, Streams) counts from the end of its last write to
 // the client: a write that waited for a slow client leaves the upstream its whole
 // FAILOVER_IDLE_TIMEOUT for the next event, and a silence that lasts the timeout from there
 // ends the stream, neither earlier nor much later.

@@ -10,7 +10,7 @@ import (
 
 // W3C Trace Context: the client's traceparent and tracestate reach every attempt unchanged (a
 // retry and a transfer included), the request record carries the trace id, and a request
-// without them gets none invented (README, The request record).
+// without them gets none invented (docs/operations.md, The request record).
 func TestTraceContextReachesEveryAttempt(t *testing.T) {
 	t.Parallel()
 	const (

@@ -2,8 +2,8 @@ package proxy
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/): the client's traceparent and
 // tracestate headers are forwarded unchanged on every attempt, as any other header is
-// (README, Headers), and the trace id of a valid traceparent goes into the request's log
-// record (README, The request record), so that the ledger joins the application's traces.
+// (docs/decisions.md, Headers), and the trace id of a valid traceparent goes into the request's log
+// record (docs/operations.md, The request record), so that the ledger joins the application's traces.
 // The sidecar makes no span of its own and invents no trace id when the client sent none.
 
 var headerTraceparent = []byte("traceparent")

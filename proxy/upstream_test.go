@@ -267,7 +267,7 @@ func idlePoolShrinksAfterABurst(t *testing.T, scheme string) {
 
 // After a burst the traffic may stop altogether. The target then closes the burst's
 // connections, and the sidecar must close its side too without waiting for a request that may
-// never come (README, Three actions, never confused: within about 2 s of the target's close),
+// never come (docs/decisions.md, Three actions, never confused: within about 2 s of the target's close),
 // over http and over https, where the close comes as a TLS alert before the FIN.
 func TestIdlePoolLetsGoOfClosedConnectionsWithoutTraffic(t *testing.T) {
 	for _, scheme := range []string{"http", "https"} {

@@ -38,7 +38,7 @@ func TestZeroDisablesALimit(t *testing.T) {
 		// 0 = buffer everything: a 503 is read whole and transferred from, not committed.
 		{"FAILOVER_MAX_RESPONSE_BYTES=0", []pt.Step{pt.JSON(503, `{"error":{"message":"`+strings.Repeat("x", 64<<10)+`","type":"server_error"}}`)}, chatBody, 1, "t1", false},
 		// 0 = commit at headers: an in-stream error is not judged, so no transfer; the client
-		// gets the error event and a body that does not end cleanly (README, Streams: the pre-commit peek).
+		// gets the error event and a body that does not end cleanly (docs/streams.md, Streams: the pre-commit peek).
 		{"FAILOVER_PEEK_BYTES=0", []pt.Step{pt.SSE(pt.Events(0, pt.ChatError("boom", "server_error", ""))...)}, stream, 1, "t0", true},
 		// 0 = never wait on Retry-After: a 429 asking for 1 s transfers although retries are left.
 		{"FAILOVER_RETRY_AFTER_MAX=0", []pt.Step{pt.RateLimited(pt.RetryAfterSeconds(1)), pt.JSON(200, pt.ChatCompletion("a"))}, chatBody, 1, "t1", false},

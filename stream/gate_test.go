@@ -576,7 +576,7 @@ func TestGatePeekLimit(t *testing.T) {
 
 // TestGatePeekLimitIndependentOfReads feeds the same bytes in one read, split in two at
 // every position, and byte by byte: only events that end within the peek limit are judged,
-// so the decision never depends on where the reads were cut (README, Streams: the pre-commit
+// so the decision never depends on where the reads were cut (docs/streams.md, Streams: the pre-commit
 // peek, "Reaching FAILOVER_PEEK_BYTES commits").
 func TestGatePeekLimitIndependentOfReads(t *testing.T) {
 	const comment = ": keep-alive padding padding padding\n\n"

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// The seam is where a continuation's text joins the text the client already has (README,
+// The seam is where a continuation's text joins the text the client already has (docs/streams.md,
 // Resume a cut stream, The seam). A continuation asked by instruction sometimes starts by
 // repeating the end of what it was given: its last words, or the last word the cut left
 // unfinished. Such an exact repeat is dropped; a paraphrase is not recognised.

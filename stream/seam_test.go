@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// README, Resume a cut stream, The seam: what of a continuation's start repeats the end of the
+// docs/streams.md, Resume a cut stream, The seam: what of a continuation's start repeats the end of the
 // delivered text, and when more of the continuation is needed to tell.
 func TestRepeatAt(t *testing.T) {
 	long := strings.Repeat("word ", 300) + "end"

@@ -11,7 +11,7 @@ import (
 // After commit the tail reads an event's JSON structure as the parser that classifies events
 // before commit does: data whose structure breaks before the member the tail looks for (a
 // missing comma, mismatched brackets) shows no type, error or finish_reason, before commit as
-// after it (README, Streams). Each malformed event is paired with the same event well-formed,
+// after it (docs/streams.md, Streams). Each malformed event is paired with the same event well-formed,
 // which the tail does read.
 func TestTailReadsMalformedEventsAsTheGateDoes(t *testing.T) {
 	for _, tc := range []struct {

@@ -21,7 +21,7 @@ const MaxTranscriptText = 1 << 20
 const maxTranscriptEvent = 1 << 20
 
 // Transcript is what a committed chat or messages stream has delivered to the client, kept so
-// that the stream can be continued on another target when it is cut (README, Resume a cut
+// that the stream can be continued on another target when it is cut (docs/streams.md, Resume a cut
 // stream): the text (JSON-decoded), the chunks' id (chat), the content blocks (messages), and
 // whether the stream may still be resumed: only while it has shown nothing but text and has
 // not finished.
@@ -138,7 +138,7 @@ func (t *Transcript) Prefill() []byte { return bytes.TrimRightFunc(t.text, unico
 // Splice readies t for a continuation's events: the next Rewrite reads a new stream (from
 // its first byte), and the seam is the whitespace Prefill left out. instructed: the
 // continuation was asked by instruction, and the start of its text is held back until it shows
-// whether it repeats the end of the delivered text, which is then dropped (README, Resume a cut
+// whether it repeats the end of the delivered text, which is then dropped (docs/streams.md, Resume a cut
 // stream, The seam); a continuation of a prefill goes on from the delivered text itself, and
 // only the whitespace is handled.
 func (t *Transcript) Splice(instructed bool) {

@@ -467,7 +467,7 @@ func TestTranscriptEligible(t *testing.T) {
 }
 
 // BenchmarkTranscriptFeed measures what a stream that may be resumed pays per event as it goes
-// out (README, Resume a cut stream); Reset between runs keeps the text from growing without end.
+// out (docs/streams.md, Resume a cut stream); Reset between runs keeps the text from growing without end.
 func BenchmarkTranscriptFeed(b *testing.B) {
 	for _, bc := range []struct {
 		name   string

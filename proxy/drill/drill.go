@@ -53,7 +53,7 @@ type scenario struct {
 	quota bool
 	// resume, when set, turns FAILOVER_RESUME on with every target resumable by prefill (by
 	// resumeForm, when set), when the environment does not turn it on with a target marked
-	// (README, Resume a cut stream).
+	// (docs/streams.md, Resume a cut stream).
 	resume     bool
 	resumeForm string
 	// respond, when set and not nil for the target at position i of n, chooses its every
@@ -95,7 +95,7 @@ func chatOK(who string) pt.Step { return pt.JSON(200, pt.ChatCompletion("answer 
 const quotaReset = 5 * time.Second
 
 // quotaSpentOK is a good answer whose headers say that no request is left in the window
-// (OpenAI's x-ratelimit-*: README, Rate limits).
+// (OpenAI's x-ratelimit-*: docs/decisions.md, Rate limits).
 func quotaSpentOK(who string) pt.Step {
 	return pt.JSON(200, pt.ChatCompletion("answer from "+who), "x-ratelimit-limit-requests: 500", "x-ratelimit-remaining-requests: 0",
 		"x-ratelimit-reset-requests: "+quotaReset.String(), "x-ratelimit-limit-tokens: 30000", "x-ratelimit-remaining-tokens: 29950",

@@ -39,7 +39,7 @@ func gaugeOf(t *testing.T, maddr, name string) float64 {
 }
 
 // Without GOMAXPROCS the sidecar runs on half the processors while few requests are in flight
-// and on all of them while many are (README, Performance); an explicit GOMAXPROCS is left as
+// and on all of them while many are (docs/reliability.md, Performance); an explicit GOMAXPROCS is left as
 // the operator set it.
 func TestGOMAXPROCS(t *testing.T) {
 	t.Parallel()

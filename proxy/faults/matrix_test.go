@@ -138,7 +138,7 @@ func matrixRows() []row {
 			row{name: "garbage after half the headers", fam: fam, steps: script(fault(ok, pt.FaultGarbageAfter, headLen(ok)/2)), want: transfer, phase: "before_headers"},
 			row{name: "trickle slower than the timeout", fam: fam, steps: script(trickle(ok, 20*time.Millisecond)), want: transfer, phase: "before_headers", class: "timeout", peerClosed: true},
 			// Silent past FAILOVER_CONNECT_TIMEOUT (the threshold, being under 1 s), then closed
-			// or reset: a silent failure, not a reset (README, The decision order, rule 5).
+			// or reset: a silent failure, not a reset (docs/decisions.md, The decision order, rule 5).
 			row{name: "silence then close", fam: fam, steps: script(pt.Step{Delay: 500 * time.Millisecond, Fault: pt.FaultClose}), extra: patient,
 				want: transfer, phase: "before_headers", class: "silent_close"},
 			row{name: "silence then reset", fam: fam, steps: script(pt.Step{Delay: 500 * time.Millisecond, Fault: pt.FaultReset}), extra: patient,

@@ -41,7 +41,7 @@ func TestChatCompletions(t *testing.T) {
 			seen:    []string{"chatcmpl-t1"},
 		},
 		{
-			// README, Streams: a chunk with a finish_reason for every choice completes a chat
+			// docs/streams.md, Streams: a chunk with a finish_reason for every choice completes a chat
 			// stream; several OpenAI-compatible servers send no [DONE].
 			name: "a stream ending at its finish_reason without [DONE]",
 			targets: [][]pt.Step{
@@ -52,7 +52,7 @@ func TestChatCompletions(t *testing.T) {
 			seen: []string{"chatcmpl-t0"},
 		},
 		{
-			// README, Streams: a body that ends properly inside an event whose data is whole
+			// docs/streams.md, Streams: a body that ends properly inside an event whose data is whole
 			// (here the finish chunk, its blank line missing) ends as if the line end had come.
 			name: "a stream whose last event lacks its blank line",
 			targets: [][]pt.Step{
@@ -63,7 +63,7 @@ func TestChatCompletions(t *testing.T) {
 			seen: []string{"chatcmpl-t0"},
 		},
 		{
-			// README, "When a stream is cut after output began": the whole events reach the
+			// docs/streams.md, "When a stream is cut after output began": the whole events reach the
 			// app, then the sidecar's final event, which openai-go raises from stream.Err(),
 			// with no status.
 			name:    "a cut inside an event after content",
@@ -73,7 +73,7 @@ func TestChatCompletions(t *testing.T) {
 			err:     &errorObject{typ: "failover_error", code: "stream_interrupted"},
 		},
 		{
-			// README, Resume a cut stream: the continuation's chunks carry the first stream's id,
+			// docs/streams.md, Resume a cut stream: the continuation's chunks carry the first stream's id,
 			// so the accumulator takes them, and its text follows the text the app had.
 			name:    "a cut stream resumed on another target",
 			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)}, {chatWordsFrom("t1", " from", " t1")}},
@@ -82,7 +82,7 @@ func TestChatCompletions(t *testing.T) {
 			seen:    []string{"chatcmpl-t0"},
 		},
 		{
-			// README, Resume a cut stream: asked by instruction, the continuation starts over
+			// docs/streams.md, Resume a cut stream: asked by instruction, the continuation starts over
 			// with the text the app has ("Hello"), which the seam drops.
 			name:    "a cut stream resumed by instruction",
 			targets: [][]pt.Step{{cutAfter(chatStream("t0"), `"content":" from"`)}, {chatWordsFrom("t1", "Hello", " from", " t1")}},

@@ -68,11 +68,11 @@ var baseEnv = []string{
 	"FAILOVER_ATTEMPT_TIMEOUT=10s",
 }
 
-// resumeEnv turns resume on (README, Resume a cut stream), with FAILOVER_TARGET_1 resumable.
+// resumeEnv turns resume on (docs/streams.md, Resume a cut stream), with FAILOVER_TARGET_1 resumable.
 var resumeEnv = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=prefill"}
 
 // instructEnv and autoEnv make FAILOVER_TARGET_1 resumable by instruction, and by prefill or
-// else instruction (README, Resume a cut stream).
+// else instruction (docs/streams.md, Resume a cut stream).
 var (
 	instructEnv = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=instruct"}
 	autoEnv     = []string{"FAILOVER_RESUME=on", "FAILOVER_TARGET_1_RESUME=auto"}

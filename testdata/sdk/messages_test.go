@@ -39,7 +39,7 @@ func TestMessages(t *testing.T) {
 			seen:    []string{"msg_t1"},
 		},
 		{
-			// README, Streams: a body that ends properly inside an event whose data is whole
+			// docs/streams.md, Streams: a body that ends properly inside an event whose data is whole
 			// (here message_stop, its blank line missing) ends as if the line end had come.
 			name:    "a stream whose message_stop lacks its blank line",
 			targets: [][]pt.Step{{messagesEvents("t0", lastWithoutBlankLine(chunkData(pt.AnthropicStream(0, "Hello", " from", " t0")))...)}},
@@ -47,7 +47,7 @@ func TestMessages(t *testing.T) {
 			seen:    []string{"msg_t0"},
 		},
 		{
-			// README, "When a stream is cut after output began": the whole events reach the
+			// docs/streams.md, "When a stream is cut after output began": the whole events reach the
 			// app, then the sidecar's final event, which anthropic-sdk-go raises from
 			// stream.Err() with the stream's status, 200.
 			name:    "a cut inside an event after content",
@@ -57,7 +57,7 @@ func TestMessages(t *testing.T) {
 			err:     &errorObject{status: 200, typ: "api_error", code: "stream_interrupted"},
 		},
 		{
-			// README, Resume a cut stream: the continuation's message_start is dropped and its
+			// docs/streams.md, Resume a cut stream: the continuation's message_start is dropped and its
 			// text goes on in the open block, so the message accumulates as one.
 			name: "an overloaded_error after content resumed on another target",
 			targets: [][]pt.Step{{messagesEvents("t0", append(chunkData(pt.AnthropicStream(0, "Hello"))[:4], overloaded)...)},
@@ -74,7 +74,7 @@ func TestMessages(t *testing.T) {
 			seen:    []string{"msg_t0"},
 		},
 		{
-			// README, Resume a cut stream: asked by instruction, the continuation starts over
+			// docs/streams.md, Resume a cut stream: asked by instruction, the continuation starts over
 			// with the text the app has ("Hello"), which the seam drops.
 			name:    "a cut stream resumed by instruction",
 			targets: [][]pt.Step{{cutAfter(messagesStream("t0"), `"text":" from"`)}, {messagesWordsFrom("t1", "Hello", " from", " t1")}},
