@@ -37,7 +37,9 @@
 //     and the shape of an event's data past it (jsonscan.ObjectEnd), fed lazily, only when a
 //     record is still open at the end of a read.
 //   - transcript.go: the Transcript, for resume: what a committed chat or messages stream
-//     delivered, and a continuation's events rewritten into the client's stream.
+//     delivered (Feed), and its API for a continuation (Splice, Rewrite).
+//   - continuation.go: a continuation's events rewritten into the client's stream, held back
+//     until its seam shows.
 //   - seam.go: where a continuation's text joins the delivered text: whitespace, and an exact
 //     repeat of the last words or of the unfinished last word, dropped (docs/streams.md, The
 //     seam).
