@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"flag"
 	"os"
-	"strconv"
 	"testing"
 
 	pt "github.com/llm-failover/failover/proxy/proxytest"
@@ -30,15 +29,6 @@ const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"S
 // (GOMAXPROCS) would run only two at once on a two-core machine.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	raiseParallel(16)
+	pt.RaiseParallel(16)
 	os.Exit(m.Run())
-}
-
-// raiseParallel raises -test.parallel to n unless the command line set it.
-func raiseParallel(n int) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
-		p.Value.Set(strconv.Itoa(n))
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -18,17 +17,8 @@ import (
 // run only two at once on a two-core machine.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	raiseParallel(16)
+	pt.RaiseParallel(16)
 	os.Exit(m.Run())
-}
-
-// raiseParallel raises -test.parallel to n unless the command line set it.
-func raiseParallel(n int) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
-		p.Value.Set(strconv.Itoa(n))
-	}
 }
 
 // entry is one ledger entry as the JSON log decodes it.

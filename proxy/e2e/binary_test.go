@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,7 +32,7 @@ var buildFlags []string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	raiseParallel(16)
+	pt.RaiseParallel(16)
 	dir, err := os.MkdirTemp("", "failover-e2e")
 	if err != nil {
 		panic(err)
@@ -49,17 +48,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// raiseParallel raises -test.parallel to n unless the command line set it: the tests marked
-// t.Parallel wait on processes, sockets and timers, not on a processor, and the default
-// (GOMAXPROCS) would run only two at once on a two-core machine.
-func raiseParallel(n int) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if p := flag.Lookup("test.parallel"); !given && p.Value.(flag.Getter).Get().(int) < n {
-		p.Value.Set(strconv.Itoa(n))
-	}
 }
 
 // runBinary runs the binary to completion with env and args.
