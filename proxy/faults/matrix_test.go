@@ -32,10 +32,14 @@ const (
 	partialUpstreamError
 	// stop: the first target's error goes back unchanged; the second target is never called.
 	stop
+	// hedged: the first target is slow to commit; a hedge on the second wins its race, the
+	// client gets its answer, byte-identical, and none of the first's bytes; the ledger shows
+	// the first as lost (action hedge) and the second as won (docs/streams.md, Hedging).
+	hedged
 )
 
 func (v verdict) String() string {
-	return [...]string{"transfer", "served", "retry", "partial", "partial (upstream error event)", "stop"}[v]
+	return [...]string{"transfer", "served", "retry", "partial", "partial (upstream error event)", "stop", "hedged"}[v]
 }
 
 // family describes what a row's client sends and what each target answers when healthy.
@@ -172,6 +176,19 @@ func matrixRows() []row {
 			row{name: "trickle within the timeouts", fam: fam, steps: script(trickle(ok, time.Millisecond)),
 				extra: []string{"FAILOVER_FIRST_BYTE_TIMEOUT=30s", "FAILOVER_ATTEMPT_TIMEOUT=30s", "FAILOVER_IDLE_TIMEOUT=10s"}, want: served},
 		)
+	}
+
+	// A slow first content with hedging on: the hedge wins, the slow attempt is cut, before a
+	// byte of it reached the client.
+	hedging := []string{"FAILOVER_HEDGE_AFTER=100ms", "FAILOVER_FIRST_BYTE_TIMEOUT=5s", "FAILOVER_ATTEMPT_TIMEOUT=5s"}
+	for _, fam := range []family{chatJSON, chatSSE, messagesSSE} {
+		slow := fam.answer("t0")
+		if fam.stream {
+			slow.Chunks[1].Delay = 3 * time.Second // the opening goes out at once, the content late
+		} else {
+			slow.Delay = 3 * time.Second
+		}
+		add(row{name: "slow first content, hedged", fam: fam, steps: script(slow), extra: hedging, want: hedged, peerClosed: true})
 	}
 
 	// Before content, non-streaming: a body cut short is a transport failure before commit.
@@ -366,6 +383,18 @@ func playRow(t *testing.T, r row) {
 			if again.Status != 200 || firstCalls() != before || second.Calls() != 2 {
 				t.Errorf("a cooling target was called again: first %d→%d calls, second %d, status %d", before, firstCalls(), second.Calls(), again.Status)
 			}
+		}
+
+	case hedged:
+		if resp.Status != 200 || resp.Err != nil || !bytes.Equal(resp.Body, secondAnswer.BodyBytes()) {
+			t.Fatalf("want the hedge's answer, byte-identical%s", where())
+		}
+		if second.Calls() != 1 || firstCalls() != 1 {
+			t.Errorf("calls t0=%d t1=%d, want one each", firstCalls(), second.Calls())
+		}
+		if len(atts) != 2 || atts[0]["target"] != "t0" || atts[0]["action"] != "hedge" || atts[0]["hedge"] != "lost" ||
+			atts[1]["target"] != "t1" || atts[1]["action"] != "commit" || atts[1]["hedge"] != "won" {
+			t.Errorf("want t0 lost (hedge), t1 won (commit)%s", where())
 		}
 
 	case served, retry:
