@@ -201,11 +201,11 @@ func TestWorkersUnderLoad(t *testing.T) {
 func TestStreamsOneAfterAnotherReuseTheirWorkers(t *testing.T) {
 	const streams = 10
 	srv, addr := startScripted(t, waitTick, pt.SSE(pt.ChatStream(2*time.Millisecond, "Hello", " world")...))
-	c := dialRaw(t, addr)
+	c := pt.DialRaw(t, addr)
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	for i := range streams {
-		io.WriteString(c.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-		resp, err := http.ReadResponse(c.br, nil)
+		io.WriteString(c.Conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		resp, err := http.ReadResponse(c.Br, nil)
 		if err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
@@ -242,17 +242,17 @@ func TestIdleWorkersEndWithoutTraffic(t *testing.T) {
 	for _, w := range []interface{ setIdleFor(time.Duration) }{srv.streams, srv.handedBack} {
 		w.setIdleFor(time.Second) // long enough to see them wait first, on a slow machine too
 	}
-	c := dialRaw(t, addr)
+	c := pt.DialRaw(t, addr)
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	io.WriteString(c.c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-	resp, err := http.ReadResponse(c.br, nil)
+	io.WriteString(c.Conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	resp, err := http.ReadResponse(c.Br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := io.ReadAll(resp.Body); err != nil || !strings.Contains(string(got), "[DONE]") {
 		t.Fatalf("%v %q", err, got)
 	}
-	c.c.Close() // the connection's worker returns to wait too
+	c.Conn.Close() // the connection's worker returns to wait too
 	untilWaiting(t, srv.streams, 1)
 	untilWaiting(t, srv.handedBack, 1)
 	srv.streams.mu.Lock()

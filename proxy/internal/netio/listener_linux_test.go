@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	pt "github.com/llm-failover/failover/proxy/proxytest"
 )
 
 // The wait for the client's next request in the write that ends an answer (endAnswer), and
@@ -19,21 +21,21 @@ import (
 // counts what it should.
 func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
 	ts := startTestServer(t, 0, 50*time.Millisecond)
-	s := dialRaw(t, ts.addr)
+	s := pt.DialRaw(t, ts.addr)
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
 	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
 		"Transfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
-	s.roundTrip(s.req, "the first answer")
+	s.RoundTrip(s.Req, "the first answer")
 	cc := ts.onlyConn(t)
 	base := cc.empty.Load() // the reads before the first answers: they do not wait (not yet sequential)
 	for i := range 4 {
-		s.roundTrip(s.req, "answer "+strconv.Itoa(i))
+		s.RoundTrip(s.Req, "answer "+strconv.Itoa(i))
 	}
 	if n := cc.empty.Load() - base; n != 0 {
 		t.Fatalf("%d reads of a next request found nothing after answers that wait for it", n)
 	}
-	s.roundTrip(chunked, "the chunked request's answer") // it does not wait
-	s.roundTrip(s.req, "the answer after it")
+	s.RoundTrip(chunked, "the chunked request's answer") // it does not wait
+	s.RoundTrip(s.Req, "the answer after it")
 	if n := cc.empty.Load() - base; n != 1 {
 		t.Fatalf("%d reads found nothing after an answer that does not wait, want 1", n)
 	}
@@ -45,12 +47,12 @@ func TestAnswerWaitsForTheNextRequestInItsLastWrite(t *testing.T) {
 // serves it: the past read deadline that ended the wait is not left on the socket.
 func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 	ts := startTestServer(t, 0, 20*time.Millisecond)
-	s := dialRaw(t, ts.addr)
-	s.roundTrip(s.req, "the first answer") // does not wait: the client has not yet shown it waits for answers
+	s := pt.DialRaw(t, ts.addr)
+	s.RoundTrip(s.Req, "the first answer") // does not wait: the client has not yet shown it waits for answers
 	cc := ts.onlyConn(t)
 	for i := range 3 {
-		s.sendRaw(s.req)
-		s.answer("answer " + strconv.Itoa(i))
+		s.SendRaw(s.Req)
+		s.Answer("answer " + strconv.Itoa(i))
 		before := cc.empty.Load()
 		// Ended within two ticks; then the read for the next request looks once and waits.
 		for deadline := time.Now().Add(5 * time.Second); cc.empty.Load() == before; {
@@ -75,19 +77,19 @@ func TestALongWaitAfterAnAnswerIsEnded(t *testing.T) {
 // request waits for a look, though the gap before each pair makes its first read find nothing.
 func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
 	ts := startTestServer(t, 150*time.Millisecond, time.Second)
-	s := dialRaw(t, ts.addr)
+	s := pt.DialRaw(t, ts.addr)
 	for i := range 2 {
-		s.send()
-		s.answer("sequential answer " + strconv.Itoa(i))
+		s.Send()
+		s.Answer("sequential answer " + strconv.Itoa(i))
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i := range 4 {
-		s.send()
+		s.Send()
 		time.Sleep(50 * time.Millisecond) // read; its answer waits for the target
-		s.send()
-		s.answer("the first answer of pair " + strconv.Itoa(i))
+		s.Send()
+		s.Answer("the first answer of pair " + strconv.Itoa(i))
 		begin := time.Now()
-		s.answer("the second answer of pair " + strconv.Itoa(i))
+		s.Answer("the second answer of pair " + strconv.Itoa(i))
 		// 150 ms in the handler; a missed request waits one look at least (1 s).
 		if took := time.Since(begin); i > 0 && took > 900*time.Millisecond {
 			t.Fatalf("pair %d: the second answer took %v", i, took)
@@ -99,14 +101,4 @@ func TestAClientThatPipelinedOnceIsNotWaitedForAgain(t *testing.T) {
 	if cc.pace != pacePipelining {
 		t.Fatal("a client whose request a wait missed is not remembered as one that pipelines")
 	}
-}
-
-// roundTrip sends req, reads its answer, and leaves the server time to begin its wait (or its
-// read) before the next request: the client waits for its answers.
-func (s *rawClient) roundTrip(req, name string) string {
-	s.t.Helper()
-	s.sendRaw(req)
-	body := s.answer(name)
-	time.Sleep(20 * time.Millisecond)
-	return body
 }

@@ -1,16 +1,15 @@
 package netio
 
 import (
-	"bufio"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	pt "github.com/llm-failover/failover/proxy/proxytest"
 	"github.com/valyala/fasthttp"
 )
 
@@ -117,52 +116,6 @@ func (ts *testServer) onlyConn(t *testing.T) *ClientConn {
 	return nil
 }
 
-// rawClient is a keep-alive client of a testServer on a raw connection.
-type rawClient struct {
-	t   *testing.T
-	c   net.Conn
-	br  *bufio.Reader
-	req string // a chat completion request with a Content-Length body
-}
-
-func dialRaw(t *testing.T, addr string) *rawClient {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}`
-	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\n" +
-		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	return &rawClient{t: t, c: c, br: bufio.NewReader(c), req: req}
-}
-
-// send writes the chat request; sendRaw writes req as it is.
-func (s *rawClient) send() { s.sendRaw(s.req) }
-
-func (s *rawClient) sendRaw(req string) {
-	s.t.Helper()
-	if _, err := io.WriteString(s.c, req); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-// answer reads one whole 200 answer and returns its body.
-func (s *rawClient) answer(name string) string {
-	s.t.Helper()
-	resp, err := http.ReadResponse(s.br, nil)
-	if err != nil {
-		s.t.Fatalf("%s: %v", name, err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		s.t.Fatalf("%s: %d, %v", name, resp.StatusCode, err)
-	}
-	return string(body)
-}
-
 // A connection is listed while open and leaves the list when closed, by the client or by the
 // server.
 func TestClientConnectionsAreListedWhileOpen(t *testing.T) {
@@ -211,18 +164,18 @@ func TestClientConnectionsAreListedWhileOpen(t *testing.T) {
 // one that waits for its answers) until it waits again.
 func TestAMissedRequestWaitsTwoLooksAtMost(t *testing.T) {
 	ts := startTestServer(t, 300*time.Millisecond, 50*time.Millisecond)
-	s := dialRaw(t, ts.addr)
+	s := pt.DialRaw(t, ts.addr)
 	for i := range 2 { // sequential: the second answer waits for the next request
-		s.send()
-		s.answer("sequential answer " + strconv.Itoa(i))
+		s.Send()
+		s.Answer("sequential answer " + strconv.Itoa(i))
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.send()
+	s.Send()
 	time.Sleep(100 * time.Millisecond) // read; its answer waits, armed
-	s.send()                           // arrives before that wait begins
-	s.answer("the answer before the pipelined request")
+	s.Send()                           // arrives before that wait begins
+	s.Answer("the answer before the pipelined request")
 	begin := time.Now()
-	s.answer("the pipelined request's answer")
+	s.Answer("the pipelined request's answer")
 	// 300 ms in the handler, and two looks (100 ms) at most for the missed request: far less
 	// than the read deadline.
 	if took := time.Since(begin); took > 5*time.Second {
