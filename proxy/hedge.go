@@ -190,9 +190,11 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 				o := ex.outcomeOf(d, resumeTry{})
 				if v := ex.judge(&o); v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
 					// It failed, and the other still runs: settled as any attempt, it starts
-					// nothing while the other lasts.
+					// nothing while the other lasts. It lost the race: its record shows the
+					// race, not a retry or a transfer that was never made.
 					ex.applyHealth(d, v)
 					ex.settleProbe(nil)
+					d.mark = observe.HedgeMarkLost
 					ex.record(d, v)
 					d.closeConn()
 					continue
@@ -210,7 +212,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 				ex.cutLost(other) // waits for it: nothing runs after this
 			}
 			if b != nil {
-				d.mark = observe.HedgeMarkWon
+				d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
 			}
 			v, next := ex.settle(d, resumeTry{})
 			if b != nil {

@@ -121,7 +121,8 @@ func TestHedgeNotStartedBeforeTheDelay(t *testing.T) {
 }
 
 // The hedged-to target failing leaves the first attempt to finish: its failure is settled (its
-// record, its health) and starts nothing while the first runs.
+// record, its health) and starts nothing while the first runs. Its record shows it lost the
+// race (action hedge), not the retry its verdict named, which was never made.
 func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1] // chat stream
@@ -133,7 +134,7 @@ func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	if r.Status != 200 || string(r.Body) != string(f.answer("t0", 0).BodyBytes()) {
 		t.Fatalf("got %d %q, want t0's answer", r.Status, r.Body)
 	}
-	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:retry t0:ok:commit:won" {
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:hedge:lost t0:ok:commit:won" {
 		t.Errorf("ledger %s", got)
 	}
 	if b.Calls() != 1 || c.Calls() != 0 {
@@ -159,7 +160,30 @@ func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
 	if r.Status != 200 || string(r.Body) != string(f.answer("t2", 0).BodyBytes()) {
 		t.Fatalf("got %d %q, want t2's answer", r.Status, r.Body)
 	}
-	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:transfer t0:server_error:transfer:won t2:ok:commit" {
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:server_error:hedge:lost t0:server_error:transfer t2:ok:commit" {
+		t.Errorf("ledger %s", got)
+	}
+}
+
+// An answer that stops the request ends the race as a commit would: the client gets it, the
+// other attempt is cut as lost, and the stopping attempt carries its own action and no mark
+// (won is for a commit).
+func TestHedgeThatStopsEndsTheRace(t *testing.T) {
+	t.Parallel()
+	f := hedgeFamilies[1]
+	a := upstream(t, f.answer("t0", 3*time.Second))
+	b := upstream(t, pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", "")))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	r := s.Post(f.path, f.body)
+	if r.Status != 400 || r.Header.Get("X-Failover-Target") != "t1" {
+		t.Fatalf("got %d from %q, want t1's 400", r.Status, r.Header.Get("X-Failover-Target"))
+	}
+	select {
+	case <-a.PeerClosed():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the slow attempt was not cut when the other stopped the request")
+	}
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t0:cancelled:hedge:lost t1:client_error:stop" {
 		t.Errorf("ledger %s", got)
 	}
 }

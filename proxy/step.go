@@ -394,9 +394,16 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	if v.Action == classify.ActionCommit {
 		phase = observe.PhaseCommitted
 	}
+	mark := a.mark
+	if mark == observe.HedgeMarkEnded { // the attempt that ended a race won it by committing
+		mark = observe.HedgeNone
+		if v.Action == classify.ActionCommit {
+			mark = observe.HedgeMarkWon
+		}
+	}
 	e := observe.Entry{Target: t.Name, Status: a.status, Class: v.Class, Reason: v.Reason, Phase: phase,
 		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry)),
-		Hedge: a.mark, Offset: a.offset}
+		Hedge: mark, Offset: a.offset}
 	ex.Ledger.Add(e)
 	t.metrics.Attempt(v.Class, v.Action)
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {
@@ -405,7 +412,7 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 	if v.Class == classify.ClassEmptyResponse {
 		t.metrics.EmptyResponse()
 	}
-	if v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+	if (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) && mark != observe.HedgeMarkLost {
 		switch {
 		case ex.Stream && a.kind == classify.KindTransport:
 			ex.event(slog.LevelInfo, "stream_transport_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))

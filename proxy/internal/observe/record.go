@@ -54,8 +54,10 @@ type Entry struct {
 	Delivered int
 	Seam      stream.Seam
 	// Hedge marks an attempt of a hedge race (docs/streams.md, Hedging): the one that committed
-	// first won, the other was cut as lost (its action shows as hedge). Offset is when the hedge
-	// started, after the request's arrival; zero for the attempt it raced.
+	// first won; the other, cut or failed while the first ran, lost (its action shows as hedge:
+	// the request went on with the other). The one that ended the race otherwise (a stop, or the
+	// last of two to fail) carries its own action and no mark. Offset is when the hedge started,
+	// after the request's arrival; zero for the attempt it raced.
 	Hedge  HedgeMark
 	Offset time.Duration
 }
@@ -66,10 +68,13 @@ type HedgeMark uint8
 const (
 	HedgeNone     HedgeMark = iota // no race
 	HedgeMarkWon                   // it committed first
-	HedgeMarkLost                  // the other committed first: it was cut
+	HedgeMarkLost                  // the other committed first and it was cut, or it failed while the other ran
+	// HedgeMarkEnded is the attempt that ended the race, before its verdict is known: shown as
+	// won if it committed, and as no mark otherwise.
+	HedgeMarkEnded
 )
 
-var hedgeMarkNames = [...]string{"", "won", "lost"}
+var hedgeMarkNames = [...]string{"", "won", "lost", ""}
 
 func (m HedgeMark) String() string { return hedgeMarkNames[m] }
 
