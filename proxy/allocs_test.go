@@ -521,3 +521,15 @@ func TestUpstreamURIAllocs(t *testing.T) {
 		t.Errorf("%v allocations per upstream URI, want 0", n)
 	}
 }
+
+// A target's _PATHS are matched against the request path without a copy: nothing is allocated.
+func TestServesAllocs(t *testing.T) {
+	tg := &Target{paths: [][]byte{[]byte("/v1/embeddings"), []byte("/v1/chat")}}
+	path, other := []byte("/v1/chat/completions"), []byte("/v1/chatter")
+	if !tg.serves(path, nil) || tg.serves(other, nil) {
+		t.Fatal("the path prefix does not match on whole segments")
+	}
+	if n := testing.AllocsPerRun(200, func() { tg.serves(path, nil); tg.serves(other, nil) }); n != 0 {
+		t.Errorf("%v allocations per path match, want 0", n)
+	}
+}

@@ -40,7 +40,8 @@
 //
 // Around it:
 //
-//	target.go       a target as the request path uses it, precomputed, with its netio.Pool
+//	target.go       a target as the request path uses it, precomputed, with its netio.Pool, and
+//	                what requests learn of it (the models it refuses a prefill for, its probe's request)
 //	prober.go       the background probe of targets ejected for timing out
 //	targettable.go  the target table (/targets), built from the targets' state for observe
 //	observe.go      what main uses of package observe (the log handler, the target table)

@@ -130,14 +130,6 @@ func hasFailoverPrefix(k []byte) bool {
 	return len(k) >= len(prefixFailover) && sameName(k[:len(prefixFailover)], prefixFailover)
 }
 
-// cutList splits the first item off a sep-separated list.
-func cutList(list []byte, sep byte) (item, rest []byte) {
-	if i := bytes.IndexByte(list, sep); i >= 0 {
-		return list[:i], list[i+1:]
-	}
-	return list, nil
-}
-
 // clientCredentials are removed when the target sends its own key, so the provider never sees
 // the caller's: the keys, and OpenAI's organisation and project headers, which scope a key
 // (the caller's organisation with the target's key is answered 401, and a 401 to a target's

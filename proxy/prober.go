@@ -25,22 +25,6 @@ import (
 // One goroutine runs the probes while a target wants them, and none otherwise; each target
 // has at most one probe in flight.
 
-// probeRequest is the request the background probe sends to a target: the method and path of
-// the last request that timed out on it.
-type probeRequest struct {
-	method string
-	path   string
-}
-
-// noteSilent remembers the request that timed out on t, for its background probe. On the
-// timeout path only: a small allocation is fine there.
-func (t *Target) noteSilent(method, path []byte) {
-	if p := t.probeReq.Load(); p != nil && p.method == string(method) && p.path == string(path) {
-		return
-	}
-	t.probeReq.Store(&probeRequest{method: string(method), path: string(path)})
-}
-
 // prober runs the background probes of one Server.
 type prober struct {
 	mu      sync.Mutex

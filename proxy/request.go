@@ -23,12 +23,6 @@ func familyOf(path []byte) stream.Family {
 	return stream.Other
 }
 
-// hasPathPrefix reports whether path is prefix or continues it with a new segment.
-func hasPathPrefix(path []byte, prefix string) bool {
-	return len(path) >= len(prefix) && string(path[:len(prefix)]) == prefix &&
-		(len(path) == len(prefix) || path[len(prefix)] == '/')
-}
-
 // requestFields is what the sidecar reads from a request body: the top-level "model" (its
 // bytes, and where its string literal starts and ends, quotes included, for substitution),
 // "stream" and "store". The body is scanned, not decoded. Model is a view into the body.
@@ -189,4 +183,12 @@ func appendSubstitutedBody(dst, body []byte, f *requestFields, model []byte) []b
 	dst = append(dst, model...)
 	dst = append(dst, '"')
 	return append(dst, body[f.modelEnd:]...)
+}
+
+// cutList splits the first item off a sep-separated list.
+func cutList(list []byte, sep byte) (item, rest []byte) {
+	if i := bytes.IndexByte(list, sep); i >= 0 {
+		return list[:i], list[i+1:]
+	}
+	return list, nil
 }

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -284,54 +282,6 @@ func (ex *exchange) resumeCandidate(from *Target, now time.Time, take bool) *Tar
 		}
 	}
 	return nil
-}
-
-// prefillRefusals are the models a target refused a prefill for (docs/streams.md, Resume a cut stream):
-// learnt by auto's resumes, and kept for the life of the process, at most maxPrefillRefusals
-// of them (a model is the client's to name: past that many, auto asks for a prefill first
-// again). Part of the Target; safe for concurrent use.
-type prefillRefusals struct {
-	mu     sync.Mutex
-	models map[string]struct{}
-}
-
-const maxPrefillRefusals = 64
-
-// has reports whether the model was refused a prefill.
-func (p *prefillRefusals) has(model []byte) bool {
-	p.mu.Lock()
-	_, ok := p.models[string(model)]
-	p.mu.Unlock()
-	return ok
-}
-
-// add remembers that the model was refused a prefill; it reports whether that is news.
-func (p *prefillRefusals) add(model []byte) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.models[string(model)]; ok || len(p.models) >= maxPrefillRefusals {
-		return false
-	}
-	if p.models == nil {
-		p.models = make(map[string]struct{})
-	}
-	p.models[string(model)] = struct{}{}
-	return true
-}
-
-// list returns the models, sorted.
-func (p *prefillRefusals) list() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.models) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(p.models))
-	for m := range p.models {
-		out = append(out, m)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // prefillRefused remembers that attempt a's target refused a prefill for the model it sends,

@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/llm-failover/failover/budget"
@@ -144,7 +146,7 @@ func (t *Target) serves(path, model []byte) bool {
 	if len(t.paths) > 0 {
 		ok := false
 		for _, p := range t.paths {
-			if hasPathPrefix(path, b2s(p)) {
+			if hasPathPrefix(path, p) {
 				ok = true
 				break
 			}
@@ -162,4 +164,74 @@ func (t *Target) serves(path, model []byte) bool {
 		}
 	}
 	return false
+}
+
+// hasPathPrefix reports whether path is prefix or continues it with a new segment.
+func hasPathPrefix[P string | []byte](path []byte, prefix P) bool {
+	return len(path) >= len(prefix) && string(path[:len(prefix)]) == string(prefix) &&
+		(len(path) == len(prefix) || path[len(prefix)] == '/')
+}
+
+// probeRequest is the request the background probe sends to a target: the method and path of
+// the last request that timed out on it.
+type probeRequest struct {
+	method string
+	path   string
+}
+
+// noteSilent remembers the request that timed out on t, for its background probe. On the
+// timeout path only: a small allocation is fine there.
+func (t *Target) noteSilent(method, path []byte) {
+	if p := t.probeReq.Load(); p != nil && p.method == string(method) && p.path == string(path) {
+		return
+	}
+	t.probeReq.Store(&probeRequest{method: string(method), path: string(path)})
+}
+
+// prefillRefusals are the models a target refused a prefill for (docs/streams.md, Resume a cut stream):
+// learnt by auto's resumes, and kept for the life of the process, at most maxPrefillRefusals
+// of them (a model is the client's to name: past that many, auto asks for a prefill first
+// again). Part of the Target; safe for concurrent use.
+type prefillRefusals struct {
+	mu     sync.Mutex
+	models map[string]struct{}
+}
+
+const maxPrefillRefusals = 64
+
+// has reports whether the model was refused a prefill.
+func (p *prefillRefusals) has(model []byte) bool {
+	p.mu.Lock()
+	_, ok := p.models[string(model)]
+	p.mu.Unlock()
+	return ok
+}
+
+// add remembers that the model was refused a prefill; it reports whether that is news.
+func (p *prefillRefusals) add(model []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.models[string(model)]; ok || len(p.models) >= maxPrefillRefusals {
+		return false
+	}
+	if p.models == nil {
+		p.models = make(map[string]struct{})
+	}
+	p.models[string(model)] = struct{}{}
+	return true
+}
+
+// list returns the models, sorted.
+func (p *prefillRefusals) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.models) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(p.models))
+	for m := range p.models {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
 }
