@@ -111,13 +111,13 @@ func TestSilentCloseThreshold(t *testing.T) {
 	var cases []tc
 	for _, c := range silentCases(short) {
 		cases = append(cases,
-			tc{c, "200ms", "t0:silent_close:transfer t1:ok:commit"},
+			tc{c, "300ms", "t0:silent_close:transfer t1:ok:commit"},
 			tc{c, "", "t0:reset:retry t0:ok:commit"})
 	}
 	for _, c := range silentCases(0) {
 		c.name = strings.Replace(c.name, "silent 0s then", "immediate", 1)
 		cases = append(cases,
-			tc{c, "200ms", "t0:reset:retry t0:ok:commit"},
+			tc{c, "300ms", "t0:reset:retry t0:ok:commit"},
 			tc{c, "", "t0:reset:retry t0:ok:commit"})
 	}
 	name := func(c tc) string {
@@ -161,7 +161,7 @@ func TestSilentCloseHealth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			u := upstream(t, tc.step)
-			s := start(t, env(targets(u.URL), []string{"FAILOVER_CONNECT_TIMEOUT=200ms", "FAILOVER_EJECT_AFTER=1", "FAILOVER_SAME_TARGET_RETRIES=0"})...)
+			s := start(t, env(targets(u.URL), []string{"FAILOVER_CONNECT_TIMEOUT=300ms", "FAILOVER_EJECT_AFTER=1", "FAILOVER_SAME_TARGET_RETRIES=0"})...)
 			r := s.Post("/chat/completions", chatBody)
 			if r.Status != 502 || !strings.Contains(string(r.Body), `"code":"upstream_unreachable"`) {
 				t.Fatalf("got %d %s, want 502 upstream_unreachable", r.Status, r.Body)
@@ -175,7 +175,7 @@ func TestSilentCloseHealth(t *testing.T) {
 	t.Run("alone, a silent close is not retried", func(t *testing.T) {
 		t.Parallel()
 		u := upstream(t, pt.Step{Delay: 400 * time.Millisecond, Fault: pt.FaultClose}, pt.JSON(200, pt.ChatCompletion("too late")))
-		s := start(t, env(targets(u.URL), []string{"FAILOVER_CONNECT_TIMEOUT=200ms", "FAILOVER_SAME_TARGET_RETRIES=3"})...)
+		s := start(t, env(targets(u.URL), []string{"FAILOVER_CONNECT_TIMEOUT=300ms", "FAILOVER_SAME_TARGET_RETRIES=3"})...)
 		r := s.Post("/chat/completions", chatBody)
 		if r.Status != 502 || u.Calls() != 1 || !strings.Contains(string(r.Body), "silent_close") {
 			t.Fatalf("got %d %s after %d calls, want 502 (silent_close) after one", r.Status, r.Body, u.Calls())
