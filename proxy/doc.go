@@ -4,7 +4,8 @@
 // netio's (proxy/internal/netio): an attempt gets a connection, sends, waits, reads the head
 // and the body, and a request sees its client leave, through netio's API alone. What it did is
 // counted and rendered by package observe (proxy/internal/observe); its configuration is
-// package config's (proxy/internal/config); the processor count is package procs'.
+// package config's (proxy/internal/config); the processor count is package procs', and the
+// pooled byte buffers are package bufpool's.
 //
 // It executes verdicts and never makes them: every attempt's outcome goes to classify.Decide
 // (through judge, its one call), the budgets are measured through package budget and applied

@@ -4,10 +4,10 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/llm-failover/failover/classify"
+	"github.com/llm-failover/failover/proxy/internal/bufpool"
 	"github.com/llm-failover/failover/proxy/internal/netio"
 	"github.com/llm-failover/failover/proxy/internal/observe"
 	"github.com/llm-failover/failover/stream"
@@ -169,7 +169,7 @@ const shedAbove = 4 << 10
 const streamWriteSize = 16 << 10
 
 // streamBuffers lend the buffer a stream's writes are framed in, for one write at a time.
-var streamBuffers = sync.Pool{New: func() any { b := make([]byte, 0, streamWriteSize+256); return &b }}
+var streamBuffers = bufpool.New(streamWriteSize+256, 4*streamWriteSize)
 
 // holdLimit bounds the start of an event a committed SSE stream holds back until the event's
 // end arrives (docs/streams.md, Streams). The largest events providers send are the Responses API's
@@ -181,7 +181,7 @@ const holdLimit = 64 << 10
 
 // holdBuffers lend the buffer that holds the start of an event, only while it holds one: a
 // stream waiting between events holds none.
-var holdBuffers = sync.Pool{New: func() any { b := make([]byte, 0, netio.ReadBufferSize); return &b }}
+var holdBuffers = bufpool.New(netio.ReadBufferSize, 2*holdLimit)
 
 // run writes the stream and reports how it ended: clean (the upstream body ended properly,
 // the stream complete: docs/streams.md, Streams), or the client left (a write failed, or the client's
@@ -426,7 +426,7 @@ func (p *pipe) keep(held, rest []byte) {
 		return
 	}
 	if p.hold == nil {
-		p.hold = holdBuffers.Get().(*[]byte)
+		p.hold = holdBuffers.Get()
 		held = (*p.hold)[:0]
 	}
 	*p.hold = append(held, rest...)
@@ -437,10 +437,7 @@ func (p *pipe) release() {
 	if p.hold == nil {
 		return
 	}
-	if cap(*p.hold) <= 2*holdLimit {
-		*p.hold = (*p.hold)[:0]
-		holdBuffers.Put(p.hold)
-	}
+	holdBuffers.Put(p.hold)
 	p.hold = nil
 }
 
@@ -449,7 +446,7 @@ func (p *pipe) release() {
 // streamWriteSize bytes.
 func (p *pipe) send(w net.Conn, pre []byte, last bool, data ...[]byte) error {
 	p.armWrite(w)
-	bp := streamBuffers.Get().(*[]byte)
+	bp := streamBuffers.Get()
 	b := append((*bp)[:0], pre...)
 	var err error
 	room := streamWriteSize // data bytes the buffer takes before it is written
@@ -480,10 +477,8 @@ write:
 	if err == nil && len(b) > 0 {
 		_, err = w.Write(b)
 	}
-	if cap(b) <= 4*streamWriteSize {
-		*bp = b[:0]
-		streamBuffers.Put(bp)
-	}
+	*bp = b
+	streamBuffers.Put(bp)
 	return err
 }
 

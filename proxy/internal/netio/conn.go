@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llm-failover/failover/proxy/internal/bufpool"
 	"github.com/valyala/fasthttp"
 )
 
@@ -141,7 +142,7 @@ func (c *Conn) cause(err error) error {
 const maxCopiedBody = 32 << 10
 
 // requestBuffers lend Send the buffer a request is assembled in, for one write.
-var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, maxCopiedBody+4<<10); return &b }}
+var requestBuffers = bufpool.New(maxCopiedBody+4<<10, 2*maxCopiedBody)
 
 // Send writes a request, head then body, before writeBy, in one write: a body up to
 // maxCopiedBody is copied behind the head in a buffer lent for the write (nothing of the body
@@ -173,13 +174,11 @@ func (c *Conn) Send(head, body []byte, writeBy, answerBy time.Time, stop Stop) (
 	case len(body) == 0:
 		return c.send(head, stop)
 	case len(body) <= maxCopiedBody:
-		bp := requestBuffers.Get().(*[]byte)
+		bp := requestBuffers.Get()
 		b := append(append((*bp)[:0], head...), body...)
 		sent, waited, err = c.send(b, stop)
-		if cap(b) <= 2*maxCopiedBody {
-			*bp = b[:0]
-			requestBuffers.Put(bp)
-		}
+		*bp = b
+		requestBuffers.Put(bp)
 		return sent, waited, err
 	}
 	start := time.Now()

@@ -1,8 +1,7 @@
 package netio
 
 import (
-	"sync"
-
+	"github.com/llm-failover/failover/proxy/internal/bufpool"
 	"github.com/valyala/fasthttp"
 )
 
@@ -16,7 +15,7 @@ import (
 // chat answers it drops each larger one (a stream sent whole, a long completion), and every
 // such answer then allocated twice, a new buffer for fasthttp and a larger one for the next
 // body. Here a buffer is kept whatever its size, up to maxPooledBody.
-var bodyBuffers sync.Pool
+var bodyBuffers = bufpool.New(0, maxPooledBody)
 
 // maxPooledBody is the largest buffer bodyBuffers keeps, as the exchange's own limit.
 const maxPooledBody = 1 << 20
@@ -28,11 +27,8 @@ const maxPooledBody = 1 << 20
 func (c *ClientConn) LendBody(resp *fasthttp.Response, b []byte) []byte {
 	c.takeBack() // not expected: one answer per request, and the last was taken back
 	resp.SetBodyRaw(b)
-	h, _ := bodyBuffers.Get().(*[]byte)
-	if h == nil {
-		h = new([]byte)
-	}
-	spare := (*h)[:0]
+	h := bodyBuffers.Get()
+	spare := *h
 	*h = b
 	c.lent.Store(h)
 	return spare
@@ -46,8 +42,5 @@ func (c *ClientConn) takeBack() {
 	if c.lent.Load() == nil {
 		return
 	}
-	if h := c.lent.Swap(nil); h != nil && cap(*h) <= maxPooledBody {
-		*h = (*h)[:0]
-		bodyBuffers.Put(h)
-	}
+	bodyBuffers.Put(c.lent.Swap(nil))
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llm-failover/failover/proxy/internal/bufpool"
 	"github.com/llm-failover/failover/stream/jsonscan"
 )
 
@@ -59,11 +60,12 @@ func (h *JSONHandler) Enabled(_ context.Context, level slog.Level) bool {
 	return level >= h.level.Level()
 }
 
-var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+// lineBuffers lend the buffer a line is written in, for one write.
+var lineBuffers = bufpool.New(2048, 64<<10)
 
 // Handle writes one record as one line.
 func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
-	bp := lineBuffers.Get().(*[]byte)
+	bp := lineBuffers.Get()
 	b := h.appendHead((*bp)[:0], r.Time, r.Level, r.Message)
 	if len(h.pre) > 0 || r.NumAttrs() > 0 {
 		b = append(b, ',')
@@ -81,7 +83,7 @@ func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
 // FieldsAppender, without the slog.Record around it: the request record takes this way
 // (Record.Log), once per request.
 func (h *JSONHandler) handleFields(t time.Time, level slog.Level, msg string, f FieldsAppender) error {
-	bp := lineBuffers.Get().(*[]byte)
+	bp := lineBuffers.Get()
 	b := append(h.appendHead((*bp)[:0], t, level, msg), ',')
 	b = append(b, h.pre...)
 	return h.writeLine(bp, trimComma(f.AppendJSONFields(b)))
@@ -116,10 +118,8 @@ func (h *JSONHandler) writeLine(bp *[]byte, b []byte) error {
 	} else {
 		_, err = h.w.Write(b)
 	}
-	if cap(b) <= 64<<10 {
-		*bp = b
-		lineBuffers.Put(bp)
-	}
+	*bp = b
+	lineBuffers.Put(bp)
 	return err
 }
 
