@@ -142,7 +142,7 @@ func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
 // race makes the sweep's attempt a with a hedge beside it once delay has passed (startHedge),
 // and settles both: the first to commit wins and the other is cut and recorded as lost. An
 // attempt that fails while the other runs is settled as any (its health effect, its record)
-// but starts nothing; the one that ends the race, by a commit, a stop or as the last to fail,
+// but starts nothing; the one that ends the race, by a commit or as the last to end,
 // is settled as step settles any (settle), and its verdict is returned with it, for the sweep
 // to execute. The client leaving, or the shutdown timeout, cuts both, which are then settled
 // as such.
@@ -188,10 +188,12 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			}
 			if running > 0 && !d.cut {
 				o := ex.outcomeOf(d, resumeTry{})
-				if v := ex.judge(&o); v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer {
+				if v := ex.judge(&o); v.Action != classify.ActionCommit && !ex.gone {
 					// It failed, and the other still runs: settled as any attempt, it starts
 					// nothing while the other lasts. It lost the race: its record shows the
-					// race, not a retry or a transfer that was never made.
+					// race, not a retry or a transfer that was never made. A stop too: an
+					// answer one target refuses (a 400, a 401 to its own key) may be one the
+					// other accepts, and a hedge must not turn a slow success into an error.
 					ex.applyHealth(d, v)
 					ex.settleProbe(nil)
 					d.mark = observe.HedgeMarkLost
@@ -208,7 +210,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 					d.closeConn()
 					continue
 				}
-				// A commit, or a stop: the race ends here, and the other is cut.
+				// A commit: the race ends here, and the other is cut.
 				ex.cutLost(other) // waits for it: nothing runs after this
 			}
 			if b != nil {

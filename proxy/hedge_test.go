@@ -165,27 +165,41 @@ func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
 	}
 }
 
-// An answer that stops the request ends the race as a commit would: the client gets it, the
-// other attempt is cut as lost, and the stopping attempt carries its own action and no mark
-// (won is for a commit).
-func TestHedgeThatStopsEndsTheRace(t *testing.T) {
+// An answer that would stop the request does not end a race: the hedge's target may refuse
+// what the slow one accepts (another provider's 400, a 401 to its own key). It is settled as
+// lost, and the slow attempt's success is the client's. When the slow one fails too, the
+// usual rules go on from it.
+func TestHedgeThatStopsLeavesTheFirstToFinish(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1]
-	a := upstream(t, f.answer("t0", 3*time.Second))
-	b := upstream(t, pt.JSON(400, pt.OpenAIError("you must provide a model parameter", "invalid_request_error", "")))
-	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
-	r := s.Post(f.path, f.body)
-	if r.Status != 400 || r.Header.Get("X-Failover-Target") != "t1" {
-		t.Fatalf("got %d from %q, want t1's 400", r.Status, r.Header.Get("X-Failover-Target"))
-	}
-	select {
-	case <-a.PeerClosed():
-	case <-time.After(2 * time.Second):
-		t.Fatal("the slow attempt was not cut when the other stopped the request")
-	}
-	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t0:cancelled:hedge:lost t1:client_error:stop" {
-		t.Errorf("ledger %s", got)
-	}
+	refusal := pt.JSON(400, pt.OpenAIError("Unrecognized request argument supplied: service_tier", "invalid_request_error", ""))
+	t.Run("the first commits", func(t *testing.T) {
+		t.Parallel()
+		a := upstream(t, f.answer("t0", 600*time.Millisecond))
+		b := upstream(t, refusal)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+		r := s.Post(f.path, f.body)
+		if r.Status != 200 || string(r.Body) != string(f.answer("t0", 0).BodyBytes()) {
+			t.Fatalf("got %d %q, want t0's answer", r.Status, r.Body)
+		}
+		if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:client_error:hedge:lost t0:ok:commit:won" {
+			t.Errorf("ledger %s", got)
+		}
+	})
+	t.Run("the first fails too", func(t *testing.T) {
+		t.Parallel()
+		slow400 := pt.JSON(400, pt.OpenAIError("Invalid value for 'messages'", "invalid_request_error", ""))
+		slow400.Delay = 600 * time.Millisecond
+		a, b := upstream(t, slow400), upstream(t, refusal)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+		r := s.Post(f.path, f.body)
+		if r.Status != 400 || r.Header.Get("X-Failover-Target") != "t0" || !strings.Contains(string(r.Body), "Invalid value for 'messages'") {
+			t.Fatalf("got %d from %q: %s, want t0's 400", r.Status, r.Header.Get("X-Failover-Target"), r.Body)
+		}
+		if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t1:client_error:hedge:lost t0:client_error:stop" {
+			t.Errorf("ledger %s", got)
+		}
+	})
 }
 
 // The client leaving cuts both attempts of a race: both upstream connections close, and the
