@@ -7,14 +7,15 @@
 # reach it (compose, docker run -p); as a Kubernetes pod sidecar the default 127.0.0.1:4000 is right.
 # `failover version` (and the listening log line, -check and failover_build_info) report VERSION and
 # REVISION: .dockerignore keeps .git out of the build context, so Go cannot stamp them itself.
-# Without them the image reports (devel).
+# Without the args the image reports the version under development (the default below: the
+# release after the last one in CHANGELOG.md, marked -dev) and revision unknown.
 
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=""
+ARG VERSION="0.4.0-dev"
 ARG REVISION=""
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/failover .
 

@@ -352,3 +352,31 @@ func TestComposeRunsFromTheRepositoryRoot(t *testing.T) {
 		}
 	}
 }
+
+// The image built without build args reports the version under development: the Dockerfile's
+// default VERSION is a release after the last one CHANGELOG.md lists, marked -dev. A release
+// that adds its section to the changelog without moving the default fails here.
+func TestDockerfileDefaultVersionFollowsTheChangelog(t *testing.T) {
+	docker, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ARG VERSION="(\d+)\.(\d+)\.(\d+)-dev"$`).FindSubmatch(docker)
+	if m == nil {
+		t.Fatal(`the Dockerfile has no ARG VERSION="X.Y.Z-dev" default`)
+	}
+	changelog, err := os.ReadFile(filepath.Join(repoRoot, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := regexp.MustCompile(`(?m)^## \[(\d+)\.(\d+)\.(\d+)\]`).FindSubmatch(changelog)
+	if r == nil {
+		t.Fatal("CHANGELOG.md lists no release")
+	}
+	num := func(b []byte) int { n, _ := strconv.Atoi(string(b)); return n }
+	dev := [3]int{num(m[1]), num(m[2]), num(m[3])}
+	last := [3]int{num(r[1]), num(r[2]), num(r[3])}
+	if !(dev[0] > last[0] || dev[0] == last[0] && (dev[1] > last[1] || dev[1] == last[1] && dev[2] > last[2])) {
+		t.Errorf("the Dockerfile's default VERSION %d.%d.%d-dev is not after the last release in CHANGELOG.md, %d.%d.%d", dev[0], dev[1], dev[2], last[0], last[1], last[2])
+	}
+}
