@@ -45,3 +45,11 @@ func (b *HedgeBudget) Withdraw(now time.Time) bool {
 	}
 	return b.w.withdraw(now, b.ratio, HedgeFloorPerSecond*budgetBuckets)
 }
+
+// Refund gives back a hedge withdrawn at now that was not started after all (the retry budget refused it, or
+// no candidate was left). A refund in a later second than its withdrawal gives nothing back.
+func (b *HedgeBudget) Refund(now time.Time) {
+	if b.ratio > 0 {
+		b.w.refund(now)
+	}
+}

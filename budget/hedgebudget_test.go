@@ -189,3 +189,38 @@ func BenchmarkHedgeBudgetParallel(b *testing.B) {
 		}
 	})
 }
+
+// A refund gives a withdrawal back in its own second, and nothing in a later one: a hedge that
+// was not started after all does not spend the budget.
+func TestHedgeAndRetryBudgetRefund(t *testing.T) {
+	type budget interface {
+		Withdraw(time.Time) bool
+		Refund(time.Time)
+	}
+	for name, mk := range map[string]func(Clock) budget{
+		"hedge": func(c Clock) budget { return NewHedgeBudget(0.05, c) },                    // the floor: 10 over the window
+		"retry": func(c Clock) budget { return NewRetryBudget(0.2, 10/budgetBuckets, c) }, // 1 a second: 10 over the window
+	} {
+		t.Run(name, func(t *testing.T) {
+			clock := NewManualClock(t0)
+			b := mk(clock)
+			for i := range 10 {
+				if !b.Withdraw(clock.Now()) {
+					t.Fatalf("withdrawal %d refused within the floor", i+1)
+				}
+			}
+			if b.Withdraw(clock.Now()) {
+				t.Fatal("an 11th withdrawal allowed")
+			}
+			b.Refund(clock.Now())
+			if !b.Withdraw(clock.Now()) {
+				t.Fatal("the refunded withdrawal is not available again")
+			}
+			clock.Advance(time.Second)
+			b.Refund(clock.Now()) // the withdrawals were a second ago: nothing to give back
+			if b.Withdraw(clock.Now()) {
+				t.Fatal("a refund in a later second gave a withdrawal back")
+			}
+		})
+	}
+}

@@ -55,6 +55,14 @@ func (b *RetryBudget) Withdraw(now time.Time) bool {
 	return b.w.withdraw(now, b.ratio, b.floor)
 }
 
+// Refund gives back a withdrawal made at now whose attempt was not made after all (a hedge that found
+// no candidate). A refund in a later second than its withdrawal gives nothing back.
+func (b *RetryBudget) Refund(now time.Time) {
+	if b.ratio > 0 {
+		b.w.refund(now)
+	}
+}
+
 // ratioWindow is the mechanism of RetryBudget and HedgeBudget: it counts first attempts and withdrawals in ten
 // one-second buckets, and admits a withdrawal while the withdrawals in the window stay within ratio × the first
 // attempts in the window + floor.
@@ -104,6 +112,12 @@ func (w *ratioWindow) withdraw(now time.Time, ratio, floor float64) bool {
 		return false
 	}
 	return true
+}
+
+// refund takes back one withdrawal counted in now's second, if that bucket still holds one.
+func (w *ratioWindow) refund(now time.Time) {
+	s := w.second(now)
+	unbump(&w.spent[s%budgetBuckets], uint64(s)<<32)
 }
 
 // second returns now's one-second bucket number since the origin (0 for a time before it).

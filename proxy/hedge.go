@@ -285,7 +285,9 @@ func (ex *exchange) startHedge(a *attempt) *attempt {
 	why := classify.Hedge(in)
 	if why == classify.HedgeOK {
 		if in.HedgeBudgetOK = s.hedges.Withdraw(now); in.HedgeBudgetOK {
-			in.RetryBudgetOK = s.retries.Withdraw(now)
+			if in.RetryBudgetOK = s.retries.Withdraw(now); !in.RetryBudgetOK {
+				s.hedges.Refund(now) // not started: the hedge budget keeps its token
+			}
 		}
 		why = classify.Hedge(in)
 	}
@@ -298,7 +300,11 @@ func (ex *exchange) startHedge(a *attempt) *attempt {
 	}
 	t := ex.takeHedgeCandidate(now)
 	if t == nil {
-		return nil // taken by another request meanwhile
+		// Taken by another request meanwhile, or only to be had as its probe: no hedge, and
+		// both budgets keep their tokens.
+		s.hedges.Refund(now)
+		s.retries.Refund(now)
+		return nil
 	}
 	b := &ex.tries[1]
 	b.begin(t, a.n+1)
