@@ -198,7 +198,7 @@ func TestHedgeAndRetryBudgetRefund(t *testing.T) {
 		Refund(time.Time)
 	}
 	for name, mk := range map[string]func(Clock) budget{
-		"hedge": func(c Clock) budget { return NewHedgeBudget(0.05, c) },                    // the floor: 10 over the window
+		"hedge": func(c Clock) budget { return NewHedgeBudget(0.05, c) },                  // the floor: 10 over the window
 		"retry": func(c Clock) budget { return NewRetryBudget(0.2, 10/budgetBuckets, c) }, // 1 a second: 10 over the window
 	} {
 		t.Run(name, func(t *testing.T) {
