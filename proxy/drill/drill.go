@@ -202,11 +202,20 @@ func play(base *config.Config, names []string, sc *scenario, num int) *result {
 	if after := sc.cancelAfter; after > 0 {
 		// The client must leave while the stalled first attempt is still running: under a
 		// FAILOVER_ATTEMPT_TIMEOUT shorter than the drill's pause, the attempt would end on its
-		// own and the next target would answer before the client left.
+		// own and the next target would answer before the client left. The pause runs from
+		// when the first target has the request, not from the send: on a busy machine the
+		// request could take longer than the pause to get there.
 		if t := base.Server.AttemptTimeout; t > 0 && after > t/2 {
 			after = t / 2
 		}
-		time.AfterFunc(after, cancel)
+		first, before := ups[0], ups[0].Calls()
+		go func() {
+			for deadline := time.Now().Add(10 * time.Second); first.Calls() == before && ctx.Err() == nil && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(after)
+			cancel()
+		}()
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}, Timeout: 60 * time.Second}
 	resp, err := client.Do(req)
