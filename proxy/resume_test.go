@@ -527,9 +527,6 @@ func TestResumeReadsTheLastOfDuplicateMessages(t *testing.T) {
 	checkContinuationRequest(t, b, body, "Hello wor", "")
 }
 
-// FAILOVER_RESUME_MAX bounds the resumes of one request: a continuation cut in turn is resumed
-// again while resumes are left, and once they are spent it ends as any cut stream does, after
-// the text both delivered.
 // A stream cut while the sidecar drains for its shutdown is not resumed: a new generation
 // would be cut by the shutdown timeout in turn (docs/streams.md, Resume a cut stream).
 func TestResumeNeverWhileShuttingDown(t *testing.T) {
@@ -538,11 +535,17 @@ func TestResumeNeverWhileShuttingDown(t *testing.T) {
 	first.Fault = pt.FaultTruncate
 	a, b := upstream(t, first), upstream(t, pt.SSE(pt.Events(0, chatWords("b", true, "me.")...)...))
 	s := start(t, env(targets(a.URL, b.URL), resumeEnv("prefill"))...)
-	time.AfterFunc(150*time.Millisecond, func() {
+	go func() {
+		// The shutdown begins while the stream runs: once the first target has the request
+		// and has sent its first events, well before the cut 400 ms later.
+		for deadline := time.Now().Add(10 * time.Second); a.Calls() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s.Srv.Shutdown(ctx)
-	})
+	}()
 	r := s.Post("/chat/completions", streamBody)
 	if r.Err == nil || !strings.Contains(string(r.Body), `"code":"stream_interrupted"`) || b.Calls() != 0 {
 		t.Fatalf("got err=%v, resume target called %d times:\n%s", r.Err, b.Calls(), r.Body)
@@ -552,6 +555,9 @@ func TestResumeNeverWhileShuttingDown(t *testing.T) {
 	}
 }
 
+// FAILOVER_RESUME_MAX bounds the resumes of one request: a continuation cut in turn is resumed
+// again while resumes are left, and once they are spent it ends as any cut stream does, after
+// the text both delivered.
 func TestResumeMax(t *testing.T) {
 	t.Parallel()
 	cut := func(who string, words ...string) pt.Step {
