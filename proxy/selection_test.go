@@ -41,9 +41,9 @@ func TestStrategiesAroundEjectedTargets(t *testing.T) {
 	t.Run("least-latency picks the fastest target it may use", func(t *testing.T) {
 		t.Parallel()
 		slow := pt.JSON(200, pt.ChatCompletion("slow"))
-		slow.Delay = 120 * time.Millisecond
+		slow.Delay = 300 * time.Millisecond
 		medium := pt.JSON(200, pt.ChatCompletion("medium"))
-		medium.Delay = 30 * time.Millisecond
+		medium.Delay = 100 * time.Millisecond
 		a, b, c := upstream(t, slow), upstream(t, medium), upstream(t)
 		s := start(t, env(targets(a.URL, b.URL, c.URL), keys, []string{"FAILOVER_STRATEGY=least-latency"})...)
 		for range 3 { // each target measured once
