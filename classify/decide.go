@@ -50,14 +50,14 @@ func NewPolicy(c Config, stop, success []Rule, retryAfterMax time.Duration) *Pol
 	return p
 }
 
-// SilentCloseAfter is the silence after the request was sent from which a target that closes or
-// resets the connection without a byte of answer has failed silently (class silent_close),
-// unless FAILOVER_CONNECT_TIMEOUT is shorter (WithConnectTimeout).
+// SilentCloseAfter is the silence from which a target that closes or resets the connection before
+// its answer commits has failed silently (class silent_close): after the request was sent with no
+// byte of answer, or after the last bytes of an answer that began (Outcome.Silence). Unless
+// FAILOVER_CONNECT_TIMEOUT is shorter (WithConnectTimeout).
 const SilentCloseAfter = time.Second
 
 // WithConnectTimeout returns a copy of the policy for FAILOVER_CONNECT_TIMEOUT d (0: none): a
-// close or reset without a byte of answer is a silent failure from min(SilentCloseAfter, d)
-// of silence after the request was sent. An operator who allows a connection that little
+// close or reset before commit is a silent failure from min(SilentCloseAfter, d) of silence. An operator who allows a connection that little
 // time expects no target to stay silent longer before it closes.
 func (p *Policy) WithConnectTimeout(d time.Duration) *Policy {
 	c := *p

@@ -165,8 +165,10 @@ type Outcome struct {
 	Status    int       // HTTP status; 0 when there was none
 	Transport Transport // KindTransport: why there was no answer
 	Body      []byte    // see Kind
-	// Silence, for KindTransport: how long after the request was sent the target ended the
-	// connection without a byte of answer (0 when it was not sent whole, or an answer began).
+	// Silence, for KindTransport: how long the target had been silent when it closed or reset
+	// the connection: since the request was sent, when no byte of answer came; since the last
+	// bytes of the answer, when it began but had not committed (0 when the request was not sent
+	// whole, or the connection ended some other way).
 	Silence time.Duration
 	// Truncated: Body holds only the first bytes of a response larger than the buffer, or
 	// none of it (an image, which commits at headers). A success status then commits: the

@@ -187,6 +187,17 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 	}
 }
 
+// failAfter is fail for a read of the answer's body before commit that the target ended after
+// quiet of silence: when it closed or reset the connection, that silence is for classify to
+// judge, as a silence before any byte of answer is (docs/decisions.md, The decision order,
+// rule 5).
+func (ex *exchange) failAfter(a *attempt, err error, quiet time.Duration) {
+	if netio.Closed(err) {
+		a.silence = quiet
+	}
+	ex.fail(a, err)
+}
+
 // fail records an attempt that lost its connection or waited too long.
 func (ex *exchange) fail(a *attempt, err error) {
 	if a.up.conn != nil {
@@ -249,6 +260,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 	if body.Has() && cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
 		b = make([]byte, 0, cl)
 	}
+	var quiet time.Duration // how long the last wait waited: the silence before what ended it
 	for {
 		if limit > 0 && len(b) > limit {
 			a.truncated, a.pipeRest = true, true
@@ -256,10 +268,10 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 		}
 		if !body.Ended() {
 			waited, err := c.Wait(deadline, stop)
-			up.waited += waited
+			up.waited, quiet = up.waited+waited, waited
 			if err != nil {
 				up.held = b
-				ex.fail(a, err)
+				ex.failAfter(a, err, waited)
 				return
 			}
 		}
@@ -277,7 +289,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 			break
 		}
 		up.held = b
-		ex.fail(a, err)
+		ex.failAfter(a, err, quiet)
 		return
 	}
 	up.held = b
@@ -296,12 +308,13 @@ func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
 		a.kind, a.commitReason = classify.KindStreamCommit, stream.ReasonHeaders
 		return
 	}
+	var quiet time.Duration // how long the last wait waited: the silence before what ended it
 	for {
 		if !body.Ended() {
 			waited, err := c.Wait(deadline, stop)
-			up.waited += waited
+			up.waited, quiet = up.waited+waited, waited
 			if err != nil {
-				ex.fail(a, err)
+				ex.failAfter(a, err, waited)
 				return
 			}
 		}
@@ -332,7 +345,7 @@ func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
 			up.reusable = body.Reusable() && !up.resp.ConnectionClose()
 			return
 		}
-		ex.fail(a, err)
+		ex.failAfter(a, err, quiet)
 		return
 	}
 }

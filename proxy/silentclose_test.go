@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -93,6 +94,59 @@ func TestSilentCloseTransfersAtOnce(t *testing.T) {
 		}
 		if took < silence || took > 2*silence-time.Second {
 			t.Errorf("answered after %v: the silence of %v is waited on once", took, silence)
+		}
+	})
+}
+
+// An answer that began and then went silent before it committed (its headers alone, or the start
+// of a body or of a stream) is judged by the silence since its last bytes: closed after 1.5 s of
+// it, a silent close that transfers at once; closed right after them, a reset retried as before
+// (docs/decisions.md, The decision order, rule 5). For a close and a reset, streamed and not.
+func TestSilentCloseAfterTheAnswerBegan(t *testing.T) {
+	t.Parallel()
+	type tc struct {
+		name    string
+		stream  bool
+		started []pt.Chunk // what the answer sends after its headers
+		silence time.Duration
+		fault   pt.Fault // after the silence: FaultTruncate closes, FaultTruncateReset resets
+	}
+	var cases []tc
+	for _, stream := range []bool{false, true} {
+		start := []pt.Chunk{{Data: `{"id":"chatcmpl-t0","object":"chat.completion",`}}
+		kind := ""
+		if stream {
+			start, kind = []pt.Chunk{{Data: pt.ChatRole}}, ", streaming"
+		}
+		for _, began := range []struct {
+			name   string
+			chunks []pt.Chunk
+		}{{"headers", nil}, {"the start of the body", start}} {
+			for _, f := range []struct {
+				name  string
+				fault pt.Fault
+			}{{"close", pt.FaultTruncate}, {"reset", pt.FaultTruncateReset}} {
+				for _, silence := range []time.Duration{1500 * time.Millisecond, 0} {
+					cases = append(cases, tc{name: fmt.Sprintf("%s, silent %v, then %s%s", began.name, silence, f.name, kind),
+						stream: stream, started: began.chunks, silence: silence, fault: f.fault})
+				}
+			}
+		}
+	}
+	together(t, cases, func(c tc) string { return c.name }, func(t *testing.T, c tc) {
+		step := pt.Step{Status: 200, Header: []string{"Content-Type: application/json"}}
+		if c.stream {
+			step = pt.SSE()
+		}
+		step.Chunks = append(append([]pt.Chunk(nil), c.started...), pt.Chunk{Raw: true, Delay: c.silence})
+		step.Fault = c.fault
+		want, sweep := "t1", "t0:silent_close:transfer t1:ok:commit"
+		if c.silence == 0 {
+			want, sweep = "t0", "t0:reset:retry t0:ok:commit"
+		}
+		got, _, _, _ := playSilent(t, c.stream, []pt.Step{step, answerFrom("t0", c.stream)}, want)
+		if got != sweep {
+			t.Fatalf("sweep %s, want %s", got, sweep)
 		}
 	})
 }

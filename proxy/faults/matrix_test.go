@@ -176,6 +176,17 @@ func matrixRows() []row {
 			row{name: "trickle within the timeouts", fam: fam, steps: script(trickle(ok, time.Millisecond)),
 				extra: []string{"FAILOVER_FIRST_BYTE_TIMEOUT=30s", "FAILOVER_ATTEMPT_TIMEOUT=30s", "FAILOVER_IDLE_TIMEOUT=10s"}, want: served},
 		)
+		// Headers, then a silence past the threshold, then the connection ends: a silent close
+		// as before any byte (docs/decisions.md, The decision order, rule 5). 800 ms leaves the
+		// sidecar 400 ms to take the headers before its silence begins.
+		for _, f := range []struct {
+			name  string
+			fault pt.Fault
+		}{{"close", pt.FaultTruncate}, {"reset", pt.FaultTruncateReset}} {
+			silent := pt.Step{Status: 200, Header: ok.Header, Chunks: []pt.Chunk{{Raw: true, Delay: 800 * time.Millisecond}}, Fault: f.fault}
+			add(row{name: "headers, silence, then " + f.name, fam: fam, steps: script(silent), extra: patient,
+				want: transfer, phase: "before_content", class: "silent_close"})
+		}
 	}
 
 	// A slow first content with hedging on: the hedge wins, the slow attempt is cut, before a

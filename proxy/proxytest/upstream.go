@@ -23,17 +23,18 @@ import (
 type Fault int
 
 const (
-	FaultNone         Fault = iota
-	FaultReset              // reset the connection before any byte of the response
-	FaultClose              // close the connection (FIN) before any byte of the response
-	FaultResetAfter         // send FaultBytes bytes of the raw response, then reset
-	FaultStall              // never answer; hold the connection until the peer closes it
-	FaultStallAfter         // send FaultBytes bytes of the raw response, then hold the connection silently
-	FaultGarbage            // answer with bytes that are not HTTP, then close
-	FaultTruncate           // send the chunks, then close without the final zero-length chunk
-	FaultTrickle            // send the raw response one byte at a time, ChunkDelay apart
-	FaultCloseAfter         // send FaultBytes bytes of the raw response, then close (FIN): a body cut short
-	FaultGarbageAfter       // send FaultBytes bytes of the raw response, then bytes that are not HTTP, then close
+	FaultNone          Fault = iota
+	FaultReset               // reset the connection before any byte of the response
+	FaultClose               // close the connection (FIN) before any byte of the response
+	FaultResetAfter          // send FaultBytes bytes of the raw response, then reset
+	FaultStall               // never answer; hold the connection until the peer closes it
+	FaultStallAfter          // send FaultBytes bytes of the raw response, then hold the connection silently
+	FaultGarbage             // answer with bytes that are not HTTP, then close
+	FaultTruncate            // send the chunks, then close without the final zero-length chunk
+	FaultTrickle             // send the raw response one byte at a time, ChunkDelay apart
+	FaultCloseAfter          // send FaultBytes bytes of the raw response, then close (FIN): a body cut short
+	FaultGarbageAfter        // send FaultBytes bytes of the raw response, then bytes that are not HTTP, then close
+	FaultTruncateReset       // send the chunks, then reset the connection instead of the final zero-length chunk
 )
 
 // Step is one scripted answer.
@@ -330,7 +331,12 @@ func (u *Upstream) play(c net.Conn, s Step) {
 			return
 		}
 	}
-	if s.Fault != FaultTruncate {
+	switch s.Fault {
+	case FaultTruncate:
+	case FaultTruncateReset:
+		reset()
+		return
+	default:
 		c.Write([]byte("0\r\n\r\n"))
 		// Keep the connection open briefly so a clean end is not also a close.
 		wait(50 * time.Millisecond)

@@ -45,6 +45,12 @@ const (
 	FailureReset                  // the connection was reset, closed early or broke its framing
 )
 
+// Closed reports whether err is the peer ending the connection: a reset, or a close before
+// the answer's end. Broken framing, a deadline, a stop or the sidecar's own close are not.
+func Closed(err error) bool {
+	return isReset(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // FailureOf names the failure err reports. ErrClientGone and ErrShutdown are no failure of
 // the connection's: they name none (FailureOther), and the caller tells them apart first.
 func FailureOf(err error) Failure {
