@@ -83,11 +83,11 @@ func TestTimeoutsTransferAtOnce(t *testing.T) {
 		first  func(t *testing.T) (url string, calls func() int)
 		settle string
 	}{
-		{name: "first-byte timeout", body: `{"model":"m","stream":true,"messages":[]}`, settle: "FAILOVER_FIRST_BYTE_TIMEOUT=500ms",
+		{name: "first-byte timeout", body: `{"model":"m","stream":true,"messages":[]}`, settle: "FAILOVER_FIRST_BYTE_TIMEOUT=1s",
 			first: func(t *testing.T) (string, func() int) { u := upstream(t, stall); return u.URL, u.Calls }},
-		{name: "attempt timeout", body: chatBody, settle: "FAILOVER_ATTEMPT_TIMEOUT=500ms",
+		{name: "attempt timeout", body: chatBody, settle: "FAILOVER_ATTEMPT_TIMEOUT=1s",
 			first: func(t *testing.T) (string, func() int) { u := upstream(t, stall); return u.URL, u.Calls }},
-		{name: "connect timeout", body: chatBody, settle: "FAILOVER_CONNECT_TIMEOUT=500ms",
+		{name: "connect timeout", body: chatBody, settle: "FAILOVER_CONNECT_TIMEOUT=1s",
 			first: func(t *testing.T) (string, func() int) {
 				l, err := pt.NewStalledListener()
 				if err != nil {

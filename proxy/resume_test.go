@@ -356,7 +356,7 @@ func TestResumeThatFailsShowsTheOriginalInterruption(t *testing.T) {
 			return s
 		}(), nil, "stream_interrupted", "reset", "no_response"},
 		{"no content before the first-byte timeout", false, cut, pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
-			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=500ms"}, "stream_interrupted", "timeout", "no_response"},
+			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=1s"}, "stream_interrupted", "timeout", "no_response"},
 		{"a tool call first", false, cut, pt.SSE(pt.Events(0, pt.ChatRole,
 			`data: {"id":"chatcmpl-b","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}`+"\n\n", pt.Done)...), nil, "stream_interrupted", "ok", "not_resumable"},
 		{"the upstream's own error event is the original", false, upstreamError,

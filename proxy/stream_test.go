@@ -76,8 +76,8 @@ func TestStreamBeforeCommit(t *testing.T) {
 		{"empty stream transfers whatever the status list", pt.SSE(pt.Events(0, pt.ChatRole, pt.Done)...),
 			[]string{"FAILOVER_RETRY_ON_STATUSES=429,503"}, "stream_candidate_retry_scheduled"},
 		{"first-byte timeout transfers", pt.SSE(pt.Chunk{Data: pt.ChatRole}, pt.Chunk{Data: pt.ChatDelta("late"), Delay: 2 * time.Second}),
-			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=500ms"}, "stream_transport_retry_scheduled"},
-		{"headers never coming transfers on first-byte timeout", pt.Step{Fault: pt.FaultStall}, []string{"FAILOVER_FIRST_BYTE_TIMEOUT=500ms"}, "stream_transport_retry_scheduled"},
+			[]string{"FAILOVER_FIRST_BYTE_TIMEOUT=1s"}, "stream_transport_retry_scheduled"},
+		{"headers never coming transfers on first-byte timeout", pt.Step{Fault: pt.FaultStall}, []string{"FAILOVER_FIRST_BYTE_TIMEOUT=1s"}, "stream_transport_retry_scheduled"},
 		{"reset before content transfers", func() pt.Step {
 			s := pt.SSE(pt.Events(0, pt.ChatRole, pt.ChatDelta("never sent"))...)
 			s.Fault, s.FaultBytes = pt.FaultResetAfter, 150
