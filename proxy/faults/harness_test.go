@@ -37,7 +37,7 @@ const (
 // machine running -race, short enough that a stall costs well under a second.
 var timeouts = []string{
 	"FAILOVER_CONNECT_TIMEOUT=400ms", // also the silent-close threshold: a close sooner than this after the send is a reset
-	"FAILOVER_FIRST_BYTE_TIMEOUT=300ms",
+	"FAILOVER_FIRST_BYTE_TIMEOUT=500ms",
 	"FAILOVER_IDLE_TIMEOUT=300ms",
 	"FAILOVER_ATTEMPT_TIMEOUT=1s",
 	"FAILOVER_BACKOFF_BASE=10ms",
