@@ -145,6 +145,44 @@ func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	}
 }
 
+// An exchange is pooled: an attempt that a race cut (lost, or the client left) leaves nothing
+// behind for the next request that uses the exchange without a race.
+func TestHedgeLeavesNoCutBehind(t *testing.T) {
+	t.Parallel()
+	f := hedgeFamilies[0]
+	answer := func(who string) func(r *pt.Request) pt.Step {
+		return func(r *pt.Request) pt.Step {
+			if strings.HasSuffix(r.URI, "/embeddings") {
+				return pt.JSON(200, `{"object":"list","data":[],"model":"e","from":"`+who+`"}`)
+			}
+			return f.answer(who, map[string]time.Duration{"t0": 2 * time.Second}[who])
+		}
+	}
+	a, err := pt.NewResponder(answer("t0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b, err := pt.NewResponder(answer("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	for round := range 3 {
+		if r := s.Post(f.path, f.body); r.Status != 200 || r.Header.Get("X-Failover-Target") != "t1" {
+			t.Fatalf("round %d: the race: %d from %q, want t1's answer", round, r.Status, r.Header.Get("X-Failover-Target"))
+		}
+		for i := range 4 { // the other family is never hedged: the attempt step alone
+			r := s.Post("/embeddings", `{"model":"e","input":"x"}`)
+			if r.Status != 200 || r.Header.Get("X-Failover-Target") != "t0" || r.Header.Get("X-Failover-Attempts") != "1" {
+				t.Fatalf("round %d, request %d after a race: %d from %q after %s attempts, want t0's answer at once",
+					round, i, r.Status, r.Header.Get("X-Failover-Target"), r.Header.Get("X-Failover-Attempts"))
+			}
+		}
+	}
+}
+
 // When both attempts of a race fail, the usual rules go on from the one that failed last: here
 // a transfer to the third target.
 func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {

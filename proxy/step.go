@@ -32,6 +32,10 @@ type attempt struct {
 func (a *attempt) begin(t *Target, n int) {
 	a.t, a.n, a.result = t, n, result{}
 	a.up.reusable, a.up.waited = false, 0
+	// A race that cut this attempt's leg before (the exchange is pooled) has ended: its legs
+	// are done, and the new attempt runs uncut.
+	a.leg.why.Store(legRuns)
+	a.leg.conn.Store(nil)
 }
 
 // upstream is an attempt's side of the upstream exchange: the request's head and body as sent,
