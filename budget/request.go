@@ -46,6 +46,22 @@ func (r *Request) Begin(now time.Time, target int) {
 	r.attempts++
 }
 
+// BeginBeside records a hedge (docs/streams.md#hedging) starting now beside the running attempt: an attempt, and
+// a transfer against FAILOVER_MAX_ATTEMPTS. The current target, and the retries made on it, stay the running
+// attempt's until the race ends: the sweep goes on from whichever attempt ended it (Follow).
+func (r *Request) BeginBeside(now time.Time) {
+	r.attempts++
+	r.transfers++
+}
+
+// Follow makes target the current one without counting an attempt: the hedge that ended its race, whose
+// verdict the sweep goes on from. Its retries start at none.
+func (r *Request) Follow(target int) {
+	if target != r.target {
+		r.target, r.retries = target, 0
+	}
+}
+
 // Attempts returns the attempts begun, retries included (the X-Failover-Attempts value).
 func (r *Request) Attempts() int { return r.attempts }
 

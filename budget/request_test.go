@@ -148,3 +148,33 @@ func TestRequestResetForgetsThePreviousRequest(t *testing.T) {
 		t.Errorf("first attempt after Reset counted as a transfer from the previous request's target")
 	}
 }
+
+// A hedge beside the running attempt counts as an attempt and a transfer, but the running
+// attempt's target keeps its retries until the race ends; Follow moves to the hedge's target
+// when its verdict is the one the sweep goes on from.
+func TestRequestBeginBesideAndFollow(t *testing.T) {
+	var r Request
+	r.Reset(&Config{Enabled: true})
+	now := t0
+	r.Begin(now, 0)
+	r.Begin(now, 0) // a retry on target 0
+	r.BeginBeside(now)
+	if r.Attempts() != 3 || r.Transfers() != 1 || r.RetriesOnTarget() != 1 {
+		t.Fatalf("after the hedge: attempts %d, transfers %d, retries %d; want 3, 1, 1", r.Attempts(), r.Transfers(), r.RetriesOnTarget())
+	}
+	if r.RetryAllowed(1) {
+		t.Fatal("target 0 has used its one retry; the hedge beside it gave it another")
+	}
+	r.Begin(now, 0) // the first attempt ended the race with a retry: still target 0's
+	if r.RetriesOnTarget() != 2 || r.Transfers() != 1 {
+		t.Fatalf("retries %d, transfers %d; want 2, 1", r.RetriesOnTarget(), r.Transfers())
+	}
+	r.Follow(1) // the hedge on target 1 ended the race
+	if r.RetriesOnTarget() != 0 || !r.RetryAllowed(1) || r.Attempts() != 4 {
+		t.Fatalf("after Follow: retries %d, attempts %d", r.RetriesOnTarget(), r.Attempts())
+	}
+	r.Begin(now, 1) // its retry
+	if r.RetriesOnTarget() != 1 || r.Transfers() != 1 {
+		t.Fatalf("the hedge's retry: retries %d, transfers %d; want 1, 1", r.RetriesOnTarget(), r.Transfers())
+	}
+}

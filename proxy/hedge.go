@@ -216,6 +216,9 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			if b != nil {
 				d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
 			}
+			if d == b {
+				ex.budget.Follow(b.t.Index) // its verdict's retry is one on the hedge's target
+			}
 			v, next := ex.settle(d, resumeTry{})
 			if b != nil {
 				if d == b && v.Action == classify.ActionCommit {
@@ -309,7 +312,7 @@ func (ex *exchange) startHedge(a *attempt) *attempt {
 	b := &ex.tries[1]
 	b.begin(t, a.n+1)
 	b.offset = time.Since(ex.start)
-	ex.budget.Begin(now, t.Index)
+	ex.budget.BeginBeside(now)
 	b.start = time.Now()
 	ex.buildRequest(b)
 	ex.launch(b)

@@ -145,6 +145,25 @@ func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	}
 }
 
+// The first attempt keeps its same-target retries while a hedge runs beside it: when it ends the
+// race with a retry, that is its first retry, and FAILOVER_SAME_TARGET_RETRIES=1 allows no second.
+func TestHedgeKeepsTheFirstTargetsRetries(t *testing.T) {
+	t.Parallel()
+	f := hedgeFamilies[1]
+	slow503 := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error"))
+	slow503.Delay = 400 * time.Millisecond
+	a := upstream(t, slow503)
+	b := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error")))
+	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms", "FAILOVER_SAME_TARGET_RETRIES=1",
+		"FAILOVER_BACKOFF_BASE=1ms", "FAILOVER_BACKOFF_MAX=1ms"})...)
+	if r := s.Post(f.path, f.body); r.Status != 503 {
+		t.Fatalf("status %d, want the last 503", r.Status)
+	}
+	if a.Calls() != 2 || b.Calls() != 1 {
+		t.Fatalf("calls t0=%d t1=%d, want 2 (one retry) and 1 (the hedge):\n%s", a.Calls(), b.Calls(), hedgeLedger(s.WaitLedger(1)[0]))
+	}
+}
+
 // An exchange is pooled: an attempt that a race cut (lost, or the client left) leaves nothing
 // behind for the next request that uses the exchange without a race.
 func TestHedgeLeavesNoCutBehind(t *testing.T) {
