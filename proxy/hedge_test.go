@@ -140,8 +140,16 @@ func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	if b.Calls() != 1 || c.Calls() != 0 {
 		t.Errorf("calls t1=%d t2=%d: while t0 runs, the hedge's failure starts nothing", b.Calls(), c.Calls())
 	}
-	if m := s.ScrapeMetrics(); !strings.Contains(m, `failover_hedges_total{target="t1",outcome="lost"} 1`) {
+	m := s.ScrapeMetrics()
+	if !strings.Contains(m, `failover_hedges_total{target="t1",outcome="lost"} 1`) {
 		t.Error("the failed hedge is not counted as lost")
+	}
+	// Counted as an attempt whose line stopped there, not as a retry that was never made.
+	for _, want := range []string{`failover_attempts_total{target="t1",class="server_error",action="stop"} 1`,
+		`failover_attempts_total{target="t1",class="server_error",action="retry"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s", want)
+		}
 	}
 }
 

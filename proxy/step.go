@@ -405,18 +405,22 @@ func (ex *exchange) record(a *attempt, v classify.Verdict) {
 			mark = observe.HedgeMarkWon
 		}
 	}
+	action := v.Action
+	if mark == observe.HedgeMarkLost {
+		action = classify.ActionStop // the request went on with the other attempt: nothing followed this one
+	}
 	e := observe.Entry{Target: t.Name, Status: a.status, Class: v.Class, Reason: v.Reason, Phase: phase,
-		Action: v.Action, Duration: d, Wait: v.Wait * time.Duration(b2i(v.Action == classify.ActionRetry)),
+		Action: action, Duration: d, Wait: v.Wait * time.Duration(b2i(action == classify.ActionRetry)),
 		Hedge: mark, Offset: a.offset}
 	ex.Ledger.Add(e)
-	t.metrics.Attempt(v.Class, v.Action)
+	t.metrics.Attempt(v.Class, action)
 	if v.Class != classify.ClassNone && v.Class != classify.ClassCancelled {
 		t.noteError(v.Class, ex.policyNow())
 	}
 	if v.Class == classify.ClassEmptyResponse {
 		t.metrics.EmptyResponse()
 	}
-	if (v.Action == classify.ActionRetry || v.Action == classify.ActionTransfer) && mark != observe.HedgeMarkLost {
+	if action == classify.ActionRetry || action == classify.ActionTransfer {
 		switch {
 		case ex.Stream && a.kind == classify.KindTransport:
 			ex.event(slog.LevelInfo, "stream_transport_retry_scheduled", a, slog.String("class", v.Class.String()), slog.String("action", v.Action.String()))
