@@ -156,6 +156,9 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	r.init()
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	a.start = time.Now()
+	// The legs' waits overlap: the race counts its own time as waiting on the targets, once
+	// (the overhead figure leaves it out), instead of each leg's (absorbLeg).
+	defer func(begun time.Time) { ex.waited += time.Since(begun) }(a.start)
 	ex.buildRequest(a)
 	ex.launch(a)
 	r.timer.Reset(delay)
@@ -181,7 +184,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			}
 		case d := <-r.ended:
 			running--
-			ex.absorb(d)
+			ex.absorbLeg(d)
 			other := a
 			if d == a {
 				other = b
@@ -232,6 +235,13 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	}
 }
 
+// absorbLeg is absorb for an attempt of a race: a client who left, but not its waits, which
+// overlap the other leg's (race counts the race's time once).
+func (ex *exchange) absorbLeg(a *attempt) {
+	a.up.waited = 0
+	ex.gone = ex.gone || a.gone
+}
+
 // launch runs attempt a's I/O on a leg: a goroutine that reports on the race's channel when it
 // ended. The request was built (buildRequest) on the handler's goroutine.
 func (ex *exchange) launch(a *attempt) {
@@ -260,7 +270,7 @@ func (ex *exchange) cutLegs(a, b *attempt, why uint32) {
 func (ex *exchange) cutLost(x *attempt) {
 	x.leg.stopWith(legLost)
 	for d := range ex.racing.ended {
-		ex.absorb(d)
+		ex.absorbLeg(d)
 		if d == x {
 			break
 		}
