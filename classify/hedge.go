@@ -5,7 +5,7 @@ package classify
 // still permit. The proxy looks up the candidate only when everything before it allows the hedge,
 // and asks the budgets last, the hedge budget before the retry budget (HedgeBudgetOK first), so
 // that no token goes to a hedge that cannot happen. A hedge token taken when the retry budget then
-// refuses is not given back: the hedge budget errs on the side of fewer hedges.
+// refuses, or both when the candidate is gone by the time it is taken, are given back (Refund).
 type HedgeInput struct {
 	Enabled bool // FAILOVER_ENABLED: false allows one attempt, and no hedge either
 	On      bool // FAILOVER_HEDGE_AFTER is set (not 0)

@@ -407,6 +407,7 @@ func (p *pipe) tryResume(w net.Conn, err error) (step resumeStep, clientLeft boo
 		// always attempted. Another request may have taken the last usable one meanwhile.
 		if next = ex.resumeCandidate(p.a.t, now, true); next == nil {
 			why = classify.ResumeNoCandidate
+			s.retries.Refund(now) // no resume: the retry budget keeps its token
 		}
 	}
 	if why != classify.ResumeOK {
