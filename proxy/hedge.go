@@ -208,7 +208,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			if running > 0 {
 				if d.cut || ex.gone {
 					// The client left or the shutdown cut them both: the other ends as this one.
-					ex.record(d, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
+					ex.record(d, cutVerdict)
 					ex.settleProbe(nil)
 					d.closeConn()
 					continue
@@ -281,7 +281,7 @@ func (ex *exchange) cutLost(x *attempt) {
 		x.t.commits.ObserveLost(time.Now(), x.done.Sub(x.sent))
 	}
 	x.mark = observe.HedgeMarkLost
-	ex.record(x, classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled})
+	ex.record(x, cutVerdict)
 }
 
 // startHedge starts the hedge of attempt a, when classify.Hedge lets it: on the candidate a

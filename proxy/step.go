@@ -104,6 +104,10 @@ type result struct {
 	offset time.Duration
 }
 
+// cutVerdict records an attempt that the sidecar ended, not its target (the shutdown timeout, a
+// client who left, a race that cut it): no health effect, nothing to recover from.
+var cutVerdict = classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
+
 // errLost is the netio.Stop of an attempt that a hedge race cut because the other attempt
 // committed first (hedge.go): nothing of it reached the client, and it says nothing of its
 // target.
@@ -144,7 +148,7 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 		// probe, learnt nothing.
 		a.cut = true
 		ex.settleProbe(nil)
-		return classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}, nil
+		return cutVerdict, nil
 	}
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	ex.do(a)
@@ -158,7 +162,7 @@ func (ex *exchange) settle(a *attempt, rt resumeTry) (classify.Verdict, *Target)
 	if a.cut {
 		// The sidecar, not the target, ended the attempt: like a client leaving, it has no
 		// health effect and is no failure to recover from.
-		v := classify.Verdict{Class: classify.ClassCancelled, Action: classify.ActionStop, Reason: classify.ReasonCancelled}
+		v := cutVerdict
 		if rt.r != nil {
 			v = classify.ResumeStopped(v)
 		}
