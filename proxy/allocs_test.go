@@ -304,6 +304,13 @@ func newHandlerBench(tb testing.TB, streaming bool) *handlerBench {
 // given ("Name: value").
 func newHandlerBenchHeaders(tb testing.TB, streaming bool, header ...string) *handlerBench {
 	tb.Helper()
+	return newHandlerBenchEnv(tb, streaming, nil, header...)
+}
+
+// newHandlerBenchEnv is newHandlerBenchHeaders with more configuration: in env, {up} is the
+// canned upstream's address.
+func newHandlerBenchEnv(tb testing.TB, streaming bool, env []string, header ...string) *handlerBench {
+	tb.Helper()
 	completion := benchCompletion(641)
 	var sse strings.Builder
 	for _, c := range pt.ChatStream(0, strings.Fields("Hello there! How can I help you today? I can answer questions, write, and explain things clearly")...) {
@@ -311,7 +318,11 @@ func newHandlerBenchHeaders(tb testing.TB, streaming bool, header ...string) *ha
 	}
 	upAddr := startCannedUpstream(tb, cannedResponse("application/json", completion, header...), cannedResponse("text/event-stream", sse.String(), header...))
 
-	cfg, err := config.Load([]string{"FAILOVER_TARGET_0_URL=http://" + upAddr + "/v1", "FAILOVER_TARGET_0_NAME=t0"}, true)
+	environ := []string{"FAILOVER_TARGET_0_URL=http://" + upAddr + "/v1", "FAILOVER_TARGET_0_NAME=t0"}
+	for _, e := range env {
+		environ = append(environ, strings.ReplaceAll(e, "{up}", upAddr))
+	}
+	cfg, err := config.Load(environ, true)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -531,5 +542,21 @@ func TestServesAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, func() { tg.serves(path, nil); tg.serves(other, nil) }); n != 0 {
 		t.Errorf("%v allocations per path match, want 0", n)
+	}
+}
+
+// With hedging on, a request that commits before the hedge delay is raced (its attempt runs on a
+// leg while the handler watches the delay) but never hedged: it allocates no more than with
+// hedging off. A hedge itself may allocate.
+func TestUnhedgedRequestAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	for _, streaming := range []bool{false, true} {
+		h := newHandlerBenchEnv(t, streaming, []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1",
+			"FAILOVER_HEDGE_AFTER=10s"})
+		if n := h.allocsPerRequest(t); n != 0 {
+			t.Errorf("streaming %v: a request hedging could have raced allocates %.1f times, want 0", streaming, n)
+		}
 	}
 }

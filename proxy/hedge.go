@@ -83,12 +83,13 @@ func (l *leg) stopWith(why uint32) {
 	}
 }
 
-// race state kept by the exchange (pooled with it): the channel the legs report on, and the
-// timer of the hedge delay.
+// race state kept by the exchange (pooled with it): the channel the legs report on, the timer
+// of the hedge delay, and the ticker of the handler's look at the client.
 type raceState struct {
 	once  sync.Once
 	ended chan *attempt // each leg sends its attempt when its I/O ended
 	timer *time.Timer
+	poll  *time.Ticker
 }
 
 func (r *raceState) init() {
@@ -96,6 +97,8 @@ func (r *raceState) init() {
 		r.ended = make(chan *attempt, len(exchange{}.tries))
 		r.timer = time.NewTimer(time.Hour)
 		r.timer.Stop()
+		r.poll = time.NewTicker(time.Hour)
+		r.poll.Stop()
 	})
 }
 
@@ -163,8 +166,9 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	ex.launch(a)
 	r.timer.Reset(delay)
 	defer r.timer.Stop()
-	poll := time.NewTicker(netio.PollInterval)
-	defer poll.Stop()
+	r.poll.Reset(netio.PollInterval)
+	defer r.poll.Stop()
+	poll := r.poll
 	var b *attempt // the hedge, once started
 	running := 1
 	for {
@@ -242,17 +246,26 @@ func (ex *exchange) absorbLeg(a *attempt) {
 	ex.gone = ex.gone || a.gone
 }
 
-// launch runs attempt a's I/O on a leg: a goroutine that reports on the race's channel when it
-// ended. The request was built (buildRequest) on the handler's goroutine.
+// launch runs attempt a's I/O on a leg: a goroutine (one of Server.legs) that reports on the
+// race's channel when it ended. The request was built (buildRequest) on the handler's goroutine.
 func (ex *exchange) launch(a *attempt) {
 	a.leg.why.Store(legRuns)
 	if a.leg.stopFn == nil {
 		a.leg.stopFn, a.leg.abort = a.leg.stop, &ex.srv.abort
 	}
-	go func() {
-		ex.send(a, a.leg.stopFn)
-		ex.racing.ended <- a
-	}()
+	ex.srv.legs.do(legJob{ex, a})
+}
+
+// legJob is an attempt of a race, for a leg to run.
+type legJob struct {
+	ex *exchange
+	a  *attempt
+}
+
+// runLeg is a leg's job: attempt a's I/O, then its report to the race.
+func (ex *exchange) runLeg(a *attempt) {
+	ex.send(a, a.leg.stopFn)
+	ex.racing.ended <- a
 }
 
 // cutLegs cuts the attempts still running with why (the client left, the shutdown).

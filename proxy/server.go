@@ -80,6 +80,9 @@ type Server struct {
 	// for each stream (workers).
 	streams    *workers[streamJob]
 	handedBack *workers[net.Conn]
+	// legs run the attempts of hedge races (hedge.go), also on goroutines kept: every request
+	// hedging may race runs its attempt on one, hedged or not.
+	legs *workers[legJob]
 }
 
 // Options are the parts of a Server that tests and the drill replace.
@@ -146,6 +149,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.quit = make(chan struct{})
 	s.streams = newWorkers(func(j streamJob) { j.ex.serveStream(j.c) })
 	s.handedBack = newWorkers(func(c net.Conn) { s.proxy.ServeConn(c) }) // the connection's own end: nothing to report
+	s.legs = newWorkers(func(j legJob) { j.ex.runLeg(j.a) })
 
 	s.proxy = &fasthttp.Server{
 		Handler:                       s.serveProxy,
@@ -222,6 +226,7 @@ func (s *Server) tend() {
 		case now := <-tick.C:
 			s.streams.retire(now)
 			s.handedBack.retire(now)
+			s.legs.retire(now)
 			s.conns.EndLongWaits()
 		}
 	}
@@ -252,6 +257,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 		close(s.quit)
 		s.streams.stop()
 		s.handedBack.stop()
+		s.legs.stop()
 	})
 	done, quit := make(chan struct{}), make(chan struct{})
 	defer close(quit)
