@@ -526,7 +526,7 @@ func TestMultipartIsForwardedByteForByte(t *testing.T) {
 	}
 }
 
-// The README's rules for provider answers that the defaults do not read as intended: credits
+// The rules for provider answers (docs/configuration.md, Rules) that the defaults do not read as intended: credits
 // run out as a 402 (OpenRouter, DeepSeek), and a 403 that blocks one user's flagged input
 // (OpenRouter's moderation) while the target's own key is fine.
 func TestReadmeProviderRules(t *testing.T) {

@@ -177,7 +177,7 @@ func runChat(t *testing.T, addr string, single bool) (string, []string, error) {
 	return text, seen, stream.Err()
 }
 
-// chatErrorObject reads openai-go's errors. README's row (When a stream is cut after output
+// chatErrorObject reads openai-go's errors. docs/streams.md's row (When a stream is cut after output
 // began): stream.Err() is a *ssestream.StreamError, not an *openai.Error, with no status and the
 // message "received error while streaming: {...}", and the error object is in its Event.Data.
 func chatErrorObject(err error) (obj errorObject, ok bool, shape []string) {

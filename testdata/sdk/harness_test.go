@@ -48,7 +48,7 @@ type client struct {
 	run func(t *testing.T, addr string, single bool) (text string, seen []string, err error)
 	// errorObject reads the error object behind an error run returned; ok is false when err is
 	// not one the SDK raises for an error event or answer (a transport or JSON error). shape
-	// lists how err differs from what README documents for this SDK ("When a stream is cut
+	// lists how err differs from what docs/streams.md documents for this SDK ("When a stream is cut
 	// after output began").
 	errorObject func(err error) (obj errorObject, ok bool, shape []string)
 }
@@ -122,7 +122,7 @@ func (c conversation) play(t *testing.T, sdk client) {
 		case c.err == nil || got != *c.err:
 			t.Errorf("the SDK reported %T with %s; want %s", err, got, want)
 		case len(shape) > 0:
-			t.Errorf("the SDK's error is not as README documents it: %s", strings.Join(shape, "; "))
+			t.Errorf("the SDK's error is not as docs/streams.md documents it: %s", strings.Join(shape, "; "))
 		}
 	}
 	for i, u := range ups {

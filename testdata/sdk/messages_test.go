@@ -167,7 +167,7 @@ func messageText(msg *anthropic.Message) string {
 	return text
 }
 
-// messagesErrorObject reads anthropic-sdk-go's errors. README's row (When a stream is cut after
+// messagesErrorObject reads anthropic-sdk-go's errors. docs/streams.md's row (When a stream is cut after
 // output began): stream.Err() is an *anthropic.Error with StatusCode 200 (the stream's status)
 // and Type() the event's error type, and the event is its RawJSON().
 func messagesErrorObject(err error) (obj errorObject, ok bool, shape []string) {
