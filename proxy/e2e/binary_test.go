@@ -125,9 +125,18 @@ func TestDrill(t *testing.T) {
 			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 		}
 		for _, row := range []string{"primary down before headers", "429 with Retry-After", "503 then success", "in-stream error before content",
-			"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels"} {
+			"error after visible output", "invalid request (400)", "success rule on a 200", "empty stream", "quota running out", "every target failing", "client cancels",
+			"cut stream resumed by instruction", "slow first token"} {
 			if !strings.Contains(stdout, row) {
 				t.Errorf("no row %q:\n%s", row, stdout)
+			}
+		}
+		// Under the default policy the drills that adapt it show what they are there to show: a
+		// resume by instruction after a refused prefill, and a hedge that beats a slow first token.
+		for _, shown := range []string{"primary 200 interrupted→resumed, secondary 400→instruct, secondary 200→commit",
+			"primary slow→lost, secondary 200→commit"} {
+			if !strings.Contains(stdout, shown) {
+				t.Errorf("no %q:\n%s", shown, stdout)
 			}
 		}
 		for _, inv := range []string{"ok   no replay after commit", "ok   no attempt after the client left", "ok   budgets respected", "ok   one final answer per request", "ok   ledger complete"} {
