@@ -121,3 +121,16 @@ func TestReadmeErrorStatuses(t *testing.T) {
 		}
 	}
 }
+
+// docs/streams.md, "`auto`: who refuses a prefill": the table lists exactly the phrases
+// PrefillRefusals matches, in its order.
+func TestReadmePrefillRefusals(t *testing.T) {
+	rows := readmeTable(t, streamsPage, "#### `auto`: who refuses a prefill")
+	var listed []string
+	for _, r := range rows {
+		listed = append(listed, strings.Trim(r[0], "`"))
+	}
+	if strings.Join(listed, "\n") != strings.Join(PrefillRefusals[:], "\n") {
+		t.Errorf("the page lists %q, the code matches %q", listed, PrefillRefusals)
+	}
+}

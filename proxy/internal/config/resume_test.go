@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,25 @@ func TestLoadResume(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("message lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// docs/streams.md quotes the default instruction as it is sent.
+func TestDocsQuoteTheDefaultInstruction(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/streams.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quoted []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "> ") {
+			quoted, in = append(quoted, strings.TrimPrefix(line, "> ")), true
+		} else if in {
+			break
+		}
+	}
+	if got := strings.Join(quoted, " "); got != DefaultResumeInstruction {
+		t.Errorf("docs/streams.md quotes %q, the default is %q", got, DefaultResumeInstruction)
 	}
 }
