@@ -96,10 +96,20 @@ func TestHedgeASlowFirstTokenLosesToAFastOne(t *testing.T) {
 			t.Errorf("X-Failover-Attempts %q, want 2", got)
 		}
 		m := s.ScrapeMetrics()
-		for _, want := range []string{`failover_hedges_total{target="t1",outcome="won"} 1`, `failover_hedges_total{target="t1",outcome="lost"} 0`} {
+		// The winner's time to commit is in the histogram; the lost attempt never committed.
+		for _, want := range []string{`failover_hedges_total{target="t1",outcome="won"} 1`, `failover_hedges_total{target="t1",outcome="lost"} 0`,
+			`failover_upstream_time_to_first_chunk_seconds_count{target="t1"} 1`, `failover_upstream_time_to_first_chunk_seconds_count{target="t0"} 0`} {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)
 			}
+		}
+		// The hedge's record says when it started; hedge_started names the attempt it went beside.
+		hedge := rec["ledger"].([]any)[1].(map[string]any)
+		if off, _ := hedge["offset_ms"].(float64); off < float64(after.Milliseconds()) || off > float64(slow.Milliseconds()) {
+			t.Errorf("offset_ms %v, want from %v on", hedge["offset_ms"], after)
+		}
+		if ev := s.Records("hedge_started"); len(ev) != 1 || ev[0]["target"] != "t1" || ev[0]["beside"] != "t0" {
+			t.Errorf("hedge_started %v", ev)
 		}
 	})
 }
@@ -323,6 +333,10 @@ func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
 	want := fmt.Sprintf(`failover_hedges_total{target="t0",outcome="not_started"} %d`, requests-hedges)
 	if !strings.Contains(m, want) {
 		t.Errorf("metrics lack %s", want)
+	}
+	ev := s.Records("hedge_not_started")
+	if len(ev) != requests-hedges || len(ev) > 0 && ev[0]["reason"] != "hedge_budget" {
+		t.Errorf("%d hedge_not_started events, want %d for the hedge budget: %v", len(ev), requests-hedges, ev)
 	}
 }
 
