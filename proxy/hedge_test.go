@@ -277,6 +277,30 @@ func TestHedgeThatStopsLeavesTheFirstToFinish(t *testing.T) {
 	})
 }
 
+// A hedge goes only to a target that is up: one cooling down after a Retry-After is passed
+// over for the next (docs/streams.md, Hedging).
+func TestHedgeSkipsATargetCoolingDown(t *testing.T) {
+	t.Parallel()
+	f := hedgeFamilies[0]
+	a := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), f.answer("t0", 600*time.Millisecond))
+	b := upstream(t, pt.RateLimited(pt.RetryAfterSeconds(30)))
+	c := upstream(t, f.answer("t2", 0))
+	s := start(t, env(targets(a.URL, b.URL, c.URL), noRetries, []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
+	if r := s.Post(f.path, f.body); r.Status != 200 || r.Header.Get("X-Failover-Target") != "t2" {
+		t.Fatalf("the first request: %d from %q, want t2 after t0's 503 and t1's 429", r.Status, r.Header.Get("X-Failover-Target"))
+	}
+	r := s.Post(f.path, f.body)
+	if r.Status != 200 || r.Header.Get("X-Failover-Target") != "t2" {
+		t.Fatalf("the hedged request: %d from %q, want the hedge on t2", r.Status, r.Header.Get("X-Failover-Target"))
+	}
+	if got := hedgeLedger(s.WaitLedger(2)[1]); got != "t0:cancelled:hedge:lost t2:ok:commit:won" {
+		t.Errorf("ledger %s", got)
+	}
+	if b.Calls() != 1 {
+		t.Errorf("the target cooling down was called %d times, want once (before it said Retry-After)", b.Calls())
+	}
+}
+
 // The client leaving cuts both attempts of a race: both upstream connections close, and the
 // request is recorded as cancelled.
 func TestHedgeClientLeavingCancelsBoth(t *testing.T) {
