@@ -266,17 +266,23 @@ func TestProxyStreamAllocs(t *testing.T) {
 // BenchmarkServeProxy is the sidecar's own work per request, without the client's and the
 // fasthttp server's: what TestProxyAllocs counts, for CPU and memory profiles.
 func BenchmarkServeProxy(b *testing.B) {
+	hedging := []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1", "FAILOVER_HEDGE_AFTER=10s"}
 	for _, bc := range []struct {
 		name      string
 		streaming bool
 		header    []string
+		env       []string
 	}{
-		{"non-streaming", false, nil},
-		{"streaming", true, nil},
-		{"non-streaming with rate-limit headers", false, rateLimitHeaders},
+		{"non-streaming", false, nil, nil},
+		{"streaming", true, nil, nil},
+		{"non-streaming with rate-limit headers", false, rateLimitHeaders, nil},
+		// Hedging on, two targets: the request is raced (its attempt on a leg) but commits long
+		// before the delay, so it is never hedged.
+		{"non-streaming, hedging on, not hedged", false, nil, hedging},
+		{"streaming, hedging on, not hedged", true, nil, hedging},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := newHandlerBenchHeaders(b, bc.streaming, bc.header...)
+			h := newHandlerBenchEnv(b, bc.streaming, bc.env, bc.header...)
 			h.serve(b)
 			b.ReportAllocs()
 			for b.Loop() {
