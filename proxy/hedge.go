@@ -247,7 +247,7 @@ func (ex *exchange) absorbLeg(a *attempt) {
 }
 
 // launch runs attempt a's I/O on a leg: a goroutine (one of Server.legs) that reports on the
-// race's channel when it ended. The request was built (buildRequest) on the handler's goroutine.
+// race's channel when it ended, once it waits for its next job (workers.after). The request was built (buildRequest) on the handler's goroutine.
 func (ex *exchange) launch(a *attempt) {
 	a.leg.why.Store(legRuns)
 	if a.leg.stopFn == nil {
@@ -260,12 +260,6 @@ func (ex *exchange) launch(a *attempt) {
 type legJob struct {
 	ex *exchange
 	a  *attempt
-}
-
-// runLeg is a leg's job: attempt a's I/O, then its report to the race.
-func (ex *exchange) runLeg(a *attempt) {
-	ex.send(a, a.leg.stopFn)
-	ex.racing.ended <- a
 }
 
 // cutLegs cuts the attempts still running with why (the client left, the shutdown).

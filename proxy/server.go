@@ -149,7 +149,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.quit = make(chan struct{})
 	s.streams = newWorkers(func(j streamJob) { j.ex.serveStream(j.c) })
 	s.handedBack = newWorkers(func(c net.Conn) { s.proxy.ServeConn(c) }) // the connection's own end: nothing to report
-	s.legs = newWorkers(func(j legJob) { j.ex.runLeg(j.a) })
+	s.legs = newWorkers(func(j legJob) { j.ex.send(j.a, j.a.leg.stopFn) })
+	s.legs.after = func(j legJob) { j.ex.racing.ended <- j.a } // its report to the race
 
 	s.proxy = &fasthttp.Server{
 		Handler:                       s.serveProxy,

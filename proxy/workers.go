@@ -18,7 +18,11 @@ import (
 // The two kinds are kept apart so that a stream, which may stay idle for minutes, waits on a
 // stack of a stream's depth, not on one grown by serving requests.
 type workers[T any] struct {
-	run     func(T)
+	run func(T)
+	// after, when set, runs after run once the worker is listed as waiting again: a job that
+	// reports its end from here is never followed by a next job that finds no worker waiting
+	// (which would start a goroutine, and allocate).
+	after   func(T)
 	idleFor time.Duration // workerIdle; shorter in tests
 	mu      sync.Mutex
 	idle    []idleWorker[T] // waiting, oldest first (near enough: since is read before the lock); the last gets the next job
@@ -57,7 +61,11 @@ func (w *workers[T]) loop(job T) {
 	jobs := make(chan T, 1)
 	for ok := true; ok; job, ok = <-jobs {
 		w.run(job)
-		if !w.wait(jobs) {
+		waits := w.wait(jobs)
+		if w.after != nil {
+			w.after(job)
+		}
+		if !waits {
 			return
 		}
 	}
