@@ -559,10 +559,13 @@ func TestUnhedgedRequestAllocs(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	for _, streaming := range []bool{false, true} {
+		// Against the same request with hedging off: none on the raw socket path, the portable
+		// path's own watch per upstream request there.
+		off := newHandlerBenchEnv(t, streaming, []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1"}).allocsPerRequest(t)
 		h := newHandlerBenchEnv(t, streaming, []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1",
 			"FAILOVER_HEDGE_AFTER=10s"})
-		if n := h.allocsPerRequest(t); n != 0 {
-			t.Errorf("streaming %v: a request hedging could have raced allocates %.1f times, want 0", streaming, n)
+		if n := h.allocsPerRequest(t); n > off || !netio.Portable && n != 0 {
+			t.Errorf("streaming %v: a request hedging could have raced allocates %.1f times, with hedging off %.1f", streaming, n, off)
 		}
 	}
 }
