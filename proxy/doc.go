@@ -70,6 +70,6 @@
 // worker of its own (Server.handedBack). netio's watch goroutines ask the exchange's Stop while
 // its owner is blocked in a dial or a request's write. While a hedge race runs, each attempt's
 // I/O runs on a leg, a goroutine kept for legs (Server.legs, as streams have theirs) that
-// writes only its attempt and reports when it ended; the
-// handler alone settles them and touches the exchange (hedge.go).
+// writes only its attempt and reports when it ended; the handler alone settles them and
+// touches the exchange (hedge.go).
 package proxy
