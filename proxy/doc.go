@@ -37,7 +37,7 @@
 //	resume.go       a cut stream continued on another target (FAILOVER_RESUME), its attempts
 //	                made through the step
 //	hedge.go        a race: a slow attempt with a hedge beside it (FAILOVER_HEDGE_AFTER), each
-//	                attempt's I/O on a leg of its own, each settled as the step settles one
+//	                attempt's I/O on a leg of its own, each settled by the step's settle
 //
 // Around it:
 //

@@ -143,12 +143,12 @@ func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
 }
 
 // race makes the sweep's attempt a with a hedge beside it once delay has passed (startHedge),
-// and settles both: the first to commit wins and the other is cut and recorded as lost. An
-// attempt that fails while the other runs is settled as any (its health effect, its record)
-// but starts nothing; the one that ends the race, by a commit or as the last to end,
-// is settled as step settles any (settle), and its verdict is returned with it, for the sweep
-// to execute. The client leaving, or the shutdown timeout, cuts both, which are then settled
-// as such.
+// and settles each through the step's settle as it ends, with the other beside it while that
+// one still runs: the first to commit wins and the other is cut and recorded as lost; one that
+// fails while the other runs is settled as any (its health effect, its record) but starts
+// nothing. The one that ends the race, by a commit or as the last to end, returns its verdict
+// for the sweep to execute. The client leaving, or the shutdown timeout, cuts both, which are
+// then settled as such.
 func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Target, *attempt) {
 	s := ex.srv
 	if s.abort.Load() {
@@ -189,44 +189,23 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 		case d := <-r.ended:
 			running--
 			ex.absorbLeg(d)
-			other := a
-			if d == a {
-				other = b
-			}
-			if running > 0 && !d.cut {
-				o := ex.outcomeOf(d, resumeTry{})
-				if v := ex.judge(&o); v.Action != classify.ActionCommit && !ex.gone {
-					// It failed, and the other still runs: settled as any attempt, it starts
-					// nothing while the other lasts. It lost the race: its record shows the
-					// race, not a retry or a transfer that was never made. A stop too: an
-					// answer one target refuses (a 400, a 401 to its own key) may be one the
-					// other accepts, and a hedge must not turn a slow success into an error.
-					ex.applyHealth(d, v)
-					ex.settleProbe(nil)
-					d.mark = observe.HedgeMarkLost
-					ex.record(d, v)
-					d.closeConn()
-					continue
-				}
-			}
+			var beside *attempt // the other, while it runs
 			if running > 0 {
-				if d.cut || ex.gone {
-					// The client left or the shutdown cut them both: the other ends as this one.
-					ex.record(d, cutVerdict)
-					ex.settleProbe(nil)
-					d.closeConn()
-					continue
+				beside = a
+				if d == a {
+					beside = b
 				}
-				// A commit: the race ends here, and the other is cut.
-				ex.cutLost(other) // waits for it: nothing runs after this
 			}
 			if b != nil {
 				d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
 			}
-			if d == b {
+			if d == b && beside == nil {
 				ex.budget.Follow(b.t.Index) // its verdict's retry is one on the hedge's target
 			}
-			v, next := ex.settle(d, resumeTry{})
+			v, next := ex.settle(d, resumeTry{}, beside)
+			if beside != nil && v.Action != classify.ActionCommit {
+				continue // it lost, or was cut: the other goes on
+			}
 			if b != nil {
 				if d == b && v.Action == classify.ActionCommit {
 					b.t.metrics.Hedge(observe.HedgeWon)
@@ -366,7 +345,10 @@ func (ex *exchange) takeHedgeCandidate(now time.Time) *Target {
 	}
 	t := ex.srv.targets[ex.cands[pos]]
 	if probe {
-		t.health.Release()
+		// Its ejection ran out meanwhile, and it was handed out as its probe: the lease takes
+		// it only to give it back, where every probe ends.
+		ex.lease.take(t.health)
+		ex.settleProbe(nil)
 		return nil
 	}
 	return t

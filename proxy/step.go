@@ -139,8 +139,9 @@ type resumeTry struct {
 // alone: commit, retry, transfer or stop. An attempt the shutdown timeout cut, or that it came
 // before, has a.cut set and nothing else to act on.
 //
-// Nothing here assumes one attempt at a time for the request beyond what a is: a second
-// attempt in flight has its own, and is settled here when it ends.
+// Nothing here assumes one attempt at a time for the request beyond what a is: a hedge race
+// (race, hedge.go) runs its two attempts' I/O on legs instead of do, and settles each through
+// settle, with the other beside it while that one still runs.
 func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	s := ex.srv
 	if s.abort.Load() {
@@ -153,25 +154,42 @@ func (ex *exchange) step(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	ex.do(a)
 	ex.absorb(a)
-	return ex.settle(a, rt)
+	return ex.settle(a, rt, nil)
 }
 
 // settle decides attempt a, whose I/O has ended, and executes the verdict's effects: steps 2 to
-// 4 of step, which a hedge race (hedge.go) also takes for the attempt that ends it.
-func (ex *exchange) settle(a *attempt, rt resumeTry) (classify.Verdict, *Target) {
+// 4 of step. A hedge race (hedge.go) settles each of its attempts here too, as it ends; beside
+// is then the other attempt when it is still in flight (nil: none is). Beside one, an attempt
+// that does not commit is settled as any (its health effect, its record) but starts nothing: it
+// lost the race, its connection is closed, and its verdict is for the race to go on with the
+// other, never for the sweep to execute. One that commits wins: the other is cut and recorded
+// as lost (cutLost) before this one is settled as any commit. With the client gone, an attempt
+// that ends beside another is cut as the other is.
+func (ex *exchange) settle(a *attempt, rt resumeTry, beside *attempt) (classify.Verdict, *Target) {
 	if a.cut {
-		// The sidecar, not the target, ended the attempt: like a client leaving, it has no
-		// health effect and is no failure to recover from.
-		v := cutVerdict
-		if rt.r != nil {
-			v = classify.ResumeStopped(v)
-		}
-		ex.record(a, v)
-		ex.settleProbe(nil)
-		return v, nil
+		return ex.settleCut(a, rt, beside)
 	}
 	o := ex.outcomeOf(a, rt)
 	v := ex.judge(&o)
+	if beside != nil {
+		switch {
+		case ex.gone:
+			a.cut = true
+			return ex.settleCut(a, rt, beside)
+		case v.Action != classify.ActionCommit:
+			// An answer one target refuses (a 400, a 401 to its own key) may be one the other
+			// accepts: a stop too lets the other finish, and a hedge never turns a slow
+			// success into an error. Its record shows the race, not a retry or a transfer
+			// that was never made.
+			ex.applyHealth(a, v)
+			ex.settleProbe(nil)
+			a.mark = observe.HedgeMarkLost
+			ex.record(a, v)
+			a.closeConn()
+			return v, nil
+		}
+		ex.cutLost(beside) // waits for its I/O to end: nothing of the race runs after this
+	}
 	if rt.r != nil {
 		return ex.settleResume(a, rt, &o, v)
 	}
@@ -207,6 +225,23 @@ func (ex *exchange) settle(a *attempt, rt resumeTry) (classify.Verdict, *Target)
 	ex.record(a, v)
 	ex.settleProbe(next)
 	return v, next
+}
+
+// settleCut settles attempt a, which the sidecar ended, not its target (the shutdown timeout,
+// a client who left, a race that cut it): like a client leaving, it has no health effect and is
+// no failure to recover from. Beside another attempt still in flight, its connection is closed
+// here: nothing executes its verdict.
+func (ex *exchange) settleCut(a *attempt, rt resumeTry, beside *attempt) (classify.Verdict, *Target) {
+	v := cutVerdict
+	if rt.r != nil {
+		v = classify.ResumeStopped(v)
+	}
+	ex.record(a, v)
+	ex.settleProbe(nil)
+	if beside != nil {
+		a.closeConn()
+	}
+	return v, nil
 }
 
 // absorb takes into the exchange what attempt a's I/O found of the request as a whole: the
