@@ -56,6 +56,12 @@ var hedgeFamilies = []hedgeFamily{
 		}},
 }
 
+// slowFirstAttempt is how long a first attempt takes where a test needs its hedge (100 ms
+// after it began, or less) to start, and end, while it still runs: far more than the delay,
+// for a loaded machine (a race run beside the rest of the suite saw a hedge start over 500 ms
+// late).
+const slowFirstAttempt = 1500 * time.Millisecond
+
 // hedgeLedger renders a request record's ledger as "target:class:action[:hedge]" steps.
 func hedgeLedger(rec map[string]any) string {
 	var steps []string
@@ -156,7 +162,7 @@ func TestHedgeNotStartedBeforeTheDelay(t *testing.T) {
 func TestHedgeThatFailsLeavesTheFirstToFinish(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1] // chat stream
-	a := upstream(t, f.answer("t0", 600*time.Millisecond))
+	a := upstream(t, f.answer("t0", slowFirstAttempt))
 	b := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error")))
 	c := upstream(t, f.answer("t2", 0))
 	s := start(t, env(targets(a.URL, b.URL, c.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
@@ -189,7 +195,7 @@ func TestHedgeKeepsTheFirstTargetsRetries(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1]
 	slow503 := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error"))
-	slow503.Delay = 400 * time.Millisecond
+	slow503.Delay = slowFirstAttempt
 	a := upstream(t, slow503)
 	b := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error")))
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms", "FAILOVER_SAME_TARGET_RETRIES=1",
@@ -246,7 +252,7 @@ func TestHedgeBothFailingFallsBackToTheUsualRules(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1]
 	slow503 := pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "server_error"))
-	slow503.Delay = 500 * time.Millisecond
+	slow503.Delay = slowFirstAttempt
 	a := upstream(t, slow503)
 	b := upstream(t, pt.JSON(500, pt.OpenAIError("boom", "server_error", "server_error")))
 	c := upstream(t, f.answer("t2", 0))
@@ -270,7 +276,7 @@ func TestHedgeThatStopsLeavesTheFirstToFinish(t *testing.T) {
 	refusal := pt.JSON(400, pt.OpenAIError("Unrecognized request argument supplied: service_tier", "invalid_request_error", ""))
 	t.Run("the first commits", func(t *testing.T) {
 		t.Parallel()
-		a := upstream(t, f.answer("t0", 600*time.Millisecond))
+		a := upstream(t, f.answer("t0", slowFirstAttempt))
 		b := upstream(t, refusal)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
 		r := s.Post(f.path, f.body)
@@ -284,7 +290,7 @@ func TestHedgeThatStopsLeavesTheFirstToFinish(t *testing.T) {
 	t.Run("the first fails too", func(t *testing.T) {
 		t.Parallel()
 		slow400 := pt.JSON(400, pt.OpenAIError("Invalid value for 'messages'", "invalid_request_error", ""))
-		slow400.Delay = 600 * time.Millisecond
+		slow400.Delay = slowFirstAttempt
 		a, b := upstream(t, slow400), upstream(t, refusal)
 		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
 		r := s.Post(f.path, f.body)
@@ -302,7 +308,7 @@ func TestHedgeThatStopsLeavesTheFirstToFinish(t *testing.T) {
 func TestHedgeSkipsATargetCoolingDown(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[0]
-	a := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), f.answer("t0", 600*time.Millisecond))
+	a := upstream(t, pt.JSON(503, pt.OpenAIError("overloaded", "server_error", "")), f.answer("t0", 3*time.Second))
 	b := upstream(t, pt.RateLimited(pt.RetryAfterSeconds(30)))
 	c := upstream(t, f.answer("t2", 0))
 	s := start(t, env(targets(a.URL, b.URL, c.URL), noRetries, []string{"FAILOVER_HEDGE_AFTER=100ms"})...)
@@ -354,7 +360,7 @@ func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
 	t.Parallel()
 	f := hedgeFamilies[1]
 	const requests = 40
-	a, b := upstream(t, f.answer("t0", 300*time.Millisecond)), upstream(t, f.answer("t1", 300*time.Millisecond))
+	a, b := upstream(t, f.answer("t0", slowFirstAttempt)), upstream(t, f.answer("t1", slowFirstAttempt))
 	a.KeepRequests(false)
 	b.KeepRequests(false)
 	s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=50ms", "FAILOVER_HEDGE_BUDGET_RATIO=0.05"})...)
