@@ -9,9 +9,12 @@ package classify
 type HedgeInput struct {
 	Enabled bool // FAILOVER_ENABLED: false allows one attempt, and no hedge either
 	On      bool // FAILOVER_HEDGE_AFTER is set (not 0)
-	// Eligible: the request's family may be hedged (not other: an unknown API may have side
-	// effects two attempts would repeat).
-	Eligible bool
+	// Other: the request is of the other family, never hedged: an unknown API may have side
+	// effects two attempts would repeat.
+	Other bool
+	// Image: an image generation, never hedged: an image is generated (and paid for) once, and
+	// a second attempt would be paid for too.
+	Image bool
 	// Stored: a Responses API request that does not say "store": false. The stored response is a
 	// server-side object, and two attempts would create two.
 	Stored       bool
@@ -37,7 +40,7 @@ const (
 	HedgeCancelled                           // the client left or the sidecar is shutting down
 	HedgeDisabled                            // FAILOVER_ENABLED=false
 	HedgeOff                                 // FAILOVER_HEDGE_AFTER is 0
-	HedgeNotEligible                         // the other family
+	HedgeNotEligible                         // the other family, or an image generation
 	HedgeStoredResponse                      // a Responses API request that stores its response
 	HedgeProbe                               // the running attempt is a probe
 	HedgeTransferLimit                       // FAILOVER_MAX_ATTEMPTS is spent
@@ -77,7 +80,7 @@ func Hedge(in HedgeInput) HedgeReason {
 		return HedgeDisabled
 	case !in.On:
 		return HedgeOff
-	case !in.Eligible:
+	case in.Other || in.Image:
 		return HedgeNotEligible
 	case in.Stored:
 		return HedgeStoredResponse

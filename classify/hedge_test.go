@@ -3,7 +3,7 @@ package classify
 import "testing"
 
 func TestHedge(t *testing.T) {
-	all := HedgeInput{Enabled: true, On: true, Eligible: true, TransferFits: true, ElapsedOK: true, Candidate: true,
+	all := HedgeInput{Enabled: true, On: true, TransferFits: true, ElapsedOK: true, Candidate: true,
 		HedgeBudgetOK: true, RetryBudgetOK: true}
 	for _, tc := range []struct {
 		name string
@@ -15,7 +15,8 @@ func TestHedge(t *testing.T) {
 		{"the sidecar is shutting down", func(i *HedgeInput) { i.ShuttingDown = true }, HedgeCancelled},
 		{"FAILOVER_ENABLED=false", func(i *HedgeInput) { i.Enabled = false }, HedgeDisabled},
 		{"FAILOVER_HEDGE_AFTER=0", func(i *HedgeInput) { i.On = false }, HedgeOff},
-		{"the other family", func(i *HedgeInput) { i.Eligible = false }, HedgeNotEligible},
+		{"the other family", func(i *HedgeInput) { i.Other = true }, HedgeNotEligible},
+		{"an image generation", func(i *HedgeInput) { i.Image = true }, HedgeNotEligible},
 		{"a stored response", func(i *HedgeInput) { i.Stored = true }, HedgeStoredResponse},
 		{"the attempt is a probe", func(i *HedgeInput) { i.Probe = true }, HedgeProbe},
 		{"FAILOVER_MAX_ATTEMPTS spent", func(i *HedgeInput) { i.TransferFits = false }, HedgeTransferLimit},
@@ -28,7 +29,7 @@ func TestHedge(t *testing.T) {
 		// only when the limits allow one.
 		{"the client left before anything else", func(i *HedgeInput) { *i = HedgeInput{ClientGone: true} }, HedgeCancelled},
 		{"disabled before off", func(i *HedgeInput) { i.Enabled, i.On = false, false }, HedgeDisabled},
-		{"off before the family", func(i *HedgeInput) { i.On, i.Eligible = false, false }, HedgeOff},
+		{"off before the family", func(i *HedgeInput) { i.On, i.Other = false, true }, HedgeOff},
 		{"a stored response before the budgets", func(i *HedgeInput) { i.Stored, i.HedgeBudgetOK, i.RetryBudgetOK = true, false, false }, HedgeStoredResponse},
 		{"a probe before the limits", func(i *HedgeInput) { i.Probe, i.TransferFits, i.ElapsedOK = true, false, false }, HedgeProbe},
 		{"the limits before the candidate", func(i *HedgeInput) { i.ElapsedOK, i.Candidate = false, false }, HedgeElapsedLimit},
@@ -75,7 +76,7 @@ func TestHedgeReasonNames(t *testing.T) {
 }
 
 func TestHedgeAllocs(t *testing.T) {
-	in := HedgeInput{Enabled: true, On: true, Eligible: true, TransferFits: true, ElapsedOK: true, Candidate: true, HedgeBudgetOK: true}
+	in := HedgeInput{Enabled: true, On: true, TransferFits: true, ElapsedOK: true, Candidate: true, HedgeBudgetOK: true}
 	var sink HedgeReason
 	if n := testing.AllocsPerRun(1000, func() {
 		sink = Hedge(in)

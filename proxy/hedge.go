@@ -113,21 +113,19 @@ func (s *Server) hedgeDelay(t *Target) time.Duration {
 	return t.commits.HedgeDelay(time.Now(), h.After.Percentile, h.AfterMin)
 }
 
-// hedgeInput describes the request, and attempt a, for classify.Hedge. The budgets and the
-// candidate are taken as allowing it: raceable asks before the race, startHedge measures them
-// when the delay has passed.
+// hedgeInput describes the request, and attempt a, for classify.Hedge. The limits, the budgets
+// and the candidate are taken as allowing it: raceable looks for the candidate before the race,
+// startHedge measures them all when the delay has passed.
 func (ex *exchange) hedgeInput(a *attempt) classify.HedgeInput {
 	s := ex.srv
 	return classify.HedgeInput{
 		Enabled: s.cfg.Budget.Enabled, On: s.cfg.Hedge.After.On(),
-		// An image is generated once: a second would be paid for too. Other APIs may do
-		// something twice.
-		Eligible:     ex.Family != stream.Other && ex.Family != stream.Image,
+		Other: ex.Family == stream.Other, Image: ex.Family == stream.Image,
 		Stored:       ex.Family == stream.Responses && !ex.fields.noStore,
 		ClientGone:   ex.gone,
 		ShuttingDown: s.closing.Load(),
 		Probe:        ex.lease.held() && ex.lease.h == a.t.health,
-		TransferFits: true, ElapsedOK: true, Candidate: len(ex.cands) > 1, HedgeBudgetOK: true, RetryBudgetOK: true,
+		TransferFits: true, ElapsedOK: true, Candidate: true, HedgeBudgetOK: true, RetryBudgetOK: true,
 	}
 }
 
@@ -136,7 +134,12 @@ func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
 	if !ex.srv.cfg.Hedge.After.On() {
 		return 0, false
 	}
-	if classify.Hedge(ex.hedgeInput(a)) != classify.HedgeOK {
+	// A request with no candidate up at its attempt's start is not raced: a hedge could go only
+	// to a target that comes back within the delay, and the race's hand-off would be paid for
+	// every such request (docs/streams.md, Hedging).
+	in := ex.hedgeInput(a)
+	in.Candidate = ex.hedgeCandidateLeft(ex.policyNow())
+	if classify.Hedge(in) != classify.HedgeOK {
 		return 0, false
 	}
 	return ex.srv.hedgeDelay(a.t), true

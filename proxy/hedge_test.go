@@ -390,8 +390,8 @@ func TestHedgeBudgetCapsHedgesUnderASlowdown(t *testing.T) {
 	}
 }
 
-// Never hedged: a request of the other family, a stored Responses request, and with failover
-// off.
+// Never hedged: a request of the other family, an image generation, a stored Responses request,
+// and with failover off.
 func TestHedgeNever(t *testing.T) {
 	t.Parallel()
 	stored := pt.SSE(slowFirst(pt.ResponsesStream(0, "from ", "t0"), 4, 400*time.Millisecond)...)
@@ -403,6 +403,7 @@ func TestHedgeNever(t *testing.T) {
 		extra            []string
 	}{
 		{"other family", "/embeddings", `{"model":"text-embedding-3-small","input":"hi"}`, other, nil},
+		{"image generation", "/images/generations", `{"model":"gpt-image-1","prompt":"a lighthouse"}`, other, nil},
 		{"stored response", "/responses", `{"model":"gpt-4o-mini","stream":true,"input":"Say hello"}`, stored, nil},
 		{"failover off", "/chat/completions", streamBody, hedgeFamilies[1].answer("t0", 400*time.Millisecond), []string{"FAILOVER_ENABLED=false"}},
 	}
