@@ -12,7 +12,10 @@
 // Waiting. Wait is the one verb for it. Every wait is bounded by a deadline and by a Stop, the
 // one value that says a wait must end and why (the client left, ErrClientGone; the shutdown
 // timeout passed, ErrShutdown): reads are cut into slices of PollInterval that ask it, and a
-// dial or a request's write, which cannot be, is watched from a goroutine of its own.
+// dial or a request's write, which cannot be, is watched from a goroutine of its own. A Wait
+// may also give way at a time its caller set (YieldAt, ErrYield) and be called again later,
+// on another goroutine: the reads that follow a Wait never give way, so the answer is left
+// where it was.
 //
 // Clients. A Listener wraps the proxy listener's connections in ClientConn: one read per
 // request, a request head with a bare LF refused (ErrBareLF), an answer's body lent to fasthttp

@@ -18,6 +18,10 @@ var (
 	ErrShutdown = errors.New("the sidecar is shutting down")
 	// ErrDeadline ends a wait that reached its deadline.
 	ErrDeadline = errors.New("deadline reached")
+	// ErrYield ends a Wait that reached the time its caller set with YieldAt, with nothing to
+	// read yet. It is no failure: the connection is as it was, and a Wait called again (on any
+	// goroutine, the caller's owning it from then on) goes on waiting.
+	ErrYield = errors.New("the wait yielded")
 )
 
 // ErrBrokenChunk is a chunked body whose framing is not HTTP/1.1's: the connection is unusable.

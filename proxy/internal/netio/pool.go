@@ -96,7 +96,7 @@ func (p *Pool) Get(stop Stop) (c *Conn, dialed time.Duration, err error) {
 			continue
 		}
 		c.reused = true
-		c.rd.watched = now
+		c.rd.watched, c.rd.yieldAt = now, time.Time{}
 		return c, 0, nil
 	}
 }

@@ -34,18 +34,33 @@ const PollInterval = 250 * time.Millisecond
 // the connection's buffer in the same call. After it, a wait with nothing buffered gives the
 // buffer back first and holds none while it waits, where the socket can wait without one (a
 // plain TCP connection on Linux: rawsock_linux.go); elsewhere it reads into the buffer.
+//
+// When the wait reaches the time set with YieldAt, with nothing to read, it returns ErrYield:
+// the reads that follow a Wait (the head, the body) never yield, so a yield leaves the answer
+// where it was, for a later Wait to go on with.
 func (c *Conn) Wait(deadline time.Time, stop Stop) (waited time.Duration, err error) {
 	c.rd.arm(deadline, stop)
 	if c.buffered() > 0 {
 		return 0, nil
 	}
 	start := time.Now()
+	if c.rd.yieldDue(start) {
+		c.rd.why = ErrYield
+		return 0, ErrYield
+	}
+	c.rd.yielding = !c.rd.yieldAt.IsZero()
 	var done bool
 	if done, err = c.waitWithoutBuffer(); !done {
 		err = c.fill()
 	}
+	c.rd.yielding = false
 	return time.Since(start), err
 }
+
+// YieldAt sets when a Wait on c that has found nothing to read yet returns ErrYield instead of
+// waiting on (zero: never). The slices of a wait, and the wait for the answer that Send begins,
+// end no later than it. A connection from Pool.Get has none.
+func (c *Conn) YieldAt(t time.Time) { c.rd.yieldAt = t }
 
 // fill reads what arrives into the connection's buffer, waiting in slices until something
 // does. It returns the pollReader's reason when the read gave up; another read error is left
@@ -71,9 +86,26 @@ type pollReader struct {
 	c        *Conn
 	deadline time.Time // zero: no deadline
 	stop     Stop      // nil: nothing to watch
-	why      error     // ErrDeadline, ErrClientGone or ErrShutdown once a read gave up
+	why      error     // ErrDeadline, ErrClientGone, ErrShutdown or ErrYield once a read gave up
 	set      time.Time // the read deadline last set on the connection
 	watched  time.Time // when stop was last asked (or the connection was taken for a request: Pool.Get)
+	yieldAt  time.Time // Conn.YieldAt: zero, none
+	yielding bool      // a Wait runs that may yield: only its reads do
+}
+
+// yieldDue reports whether a Wait must yield at now.
+func (r *pollReader) yieldDue(now time.Time) bool {
+	return !r.yieldAt.IsZero() && !now.Before(r.yieldAt)
+}
+
+// yielded is called when a slice ended without data, at now: ErrYield when the Wait that reads
+// must yield, else nil.
+func (r *pollReader) yielded(now time.Time) error {
+	if r.yielding && r.yieldDue(now) {
+		r.why = ErrYield
+		return ErrYield
+	}
+	return nil
 }
 
 // arm sets the deadline and the Stop for the reads that follow.
@@ -92,6 +124,9 @@ func (r *pollReader) Read(p []byte) (int, error) {
 			return n, err
 		}
 		now = time.Now()
+		if err := r.yielded(now); err != nil {
+			return 0, err
+		}
 		if err := r.expired(now); err != nil {
 			return 0, err
 		}
@@ -113,12 +148,17 @@ func (r *pollReader) slice(now time.Time) error {
 	// The deadline already set serves while it leaves at least half a slice and does not
 	// pass the wait's own deadline: a read that finds its data at once (the common case)
 	// then costs no deadline update, which takes a lock and moves a runtime timer.
-	if r.set.Sub(now) >= PollInterval/2 && (r.deadline.IsZero() || !r.set.After(r.deadline)) {
+	yield := !r.yieldAt.IsZero() && r.yieldAt.After(now) // a yield still to come ends the slice
+	if r.set.Sub(now) >= PollInterval/2 && (r.deadline.IsZero() || !r.set.After(r.deadline)) &&
+		(!yield || !r.set.After(r.yieldAt)) {
 		return nil
 	}
 	end := now.Add(PollInterval)
 	if !r.deadline.IsZero() && r.deadline.Before(end) {
 		end = r.deadline
+	}
+	if yield && r.yieldAt.Before(end) {
+		end = r.yieldAt
 	}
 	r.c.conn.SetReadDeadline(end)
 	r.set = end

@@ -163,3 +163,68 @@ func TestStopEndsAWriteThatWaits(t *testing.T) {
 		t.Fatalf("Send ended after %v (waited %v), want within a few PollIntervals, all of it waiting", d, waited)
 	}
 }
+
+// A Wait that reaches the time set with YieldAt, with nothing to read, yields (ErrYield) at that
+// time, not at the end of its slice; a Wait called again, without a yield, goes on and finds the
+// answer, whose head and body read as if no yield had come between. For the wait for the head
+// (begun in Send), and for the body's, with and without a buffer held while it waits.
+func TestWaitYields(t *testing.T) {
+	const answerAfter, yieldAfter = 600 * time.Millisecond, 100 * time.Millisecond
+	for _, long := range []bool{false, true} {
+		c := upstream(t, func(s net.Conn) {
+			if _, err := s.Read(make([]byte, 4096)); err != nil {
+				return
+			}
+			time.Sleep(answerAfter)
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n{")
+			time.Sleep(answerAfter)
+			io.WriteString(s, "  }")
+			io.Copy(io.Discard, s)
+		})
+		far := time.Now().Add(time.Minute)
+		yield := func(what string) {
+			t.Helper()
+			begun := time.Now()
+			c.YieldAt(begun.Add(yieldAfter))
+			if _, err := c.Wait(far, nil); err != ErrYield {
+				t.Fatalf("long waits %v: %s: Wait %v, want ErrYield", long, what, err)
+			}
+			if d := time.Since(begun); d < yieldAfter || d > answerAfter-yieldAfter {
+				t.Fatalf("long waits %v: %s: yielded after %v, want %v", long, what, d, yieldAfter)
+			}
+			// Due already: yields at once, without waiting.
+			if _, err := c.Wait(far, nil); err != ErrYield {
+				t.Fatalf("long waits %v: %s: Wait with its yield past: %v, want ErrYield", long, what, err)
+			}
+			c.YieldAt(time.Time{})
+			if _, err := c.Wait(far, nil); err != nil {
+				t.Fatalf("long waits %v: %s: Wait after the yield: %v", long, what, err)
+			}
+		}
+		// Set before Send, a yield bounds the wait for the answer that Send begins.
+		y := time.Now().Add(yieldAfter)
+		c.YieldAt(y)
+		if _, _, err := c.Send([]byte(getRequest), nil, far, far, nil); err != nil || !c.rd.set.Equal(y) {
+			t.Fatalf("Send's wait ends at %v (%v), want the yield at %v", c.rd.set, err, y)
+		}
+		yield("the head")
+		var resp fasthttp.Response
+		if silent, err := c.ReadHead(&resp); err != nil || silent || resp.StatusCode() != 200 {
+			t.Fatalf("ReadHead: %d, silent %v, %v", resp.StatusCode(), silent, err)
+		}
+		var b Body
+		b.Reset(c, &resp, false)
+		p, err := b.Next()
+		if string(p) != "{" || err != nil {
+			t.Fatalf("body's start %q, %v", p, err)
+		}
+		b.Consume(len(p))
+		if long {
+			c.ExpectLongWaits()
+		}
+		yield("the body")
+		if rest, err := readAll(&b); string(rest) != "  }" || err != io.EOF || !b.Reusable() {
+			t.Fatalf("long waits %v: body's rest %q, %v, reusable %v", long, rest, err, b.Reusable())
+		}
+	}
+}
