@@ -88,7 +88,15 @@ func (ex *exchange) do(a *attempt) {
 // writes only a: a hedge race runs it on a goroutine of its own (hedge.go), with stop its
 // own. A client who left (netio.ErrClientGone from stop) is noted in a.gone, for the owner.
 func (ex *exchange) send(a *attempt, stop netio.Stop) {
-	ex.exchangeIO(a, stop)
+	if a.yielded {
+		a.yielded = false
+		ex.resumeIO(a, stop)
+	} else {
+		ex.exchangeIO(a, stop)
+	}
+	if a.yielded {
+		return // it goes on later, on a leg (race)
+	}
 	a.leg.hold(nil)
 	if ex.srv.cfg.Hedge.After.On() {
 		a.done = time.Now() // for its time to commit (hedge.go): read only while hedging is on
@@ -115,6 +123,7 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 			return
 		}
 		a.leg.hold(c) // a race may cut the attempt from now on (hedge.go)
+		c.YieldAt(a.yieldAt)
 		// The wait for the answer may begin within the write, bounded as the answer's own
 		// wait is, from a reading taken just before it.
 		a.sent, waited, err = c.Send(up.head, up.body, writeBy, ex.headerDeadline(a, time.Now()), stop)
@@ -132,16 +141,49 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 			ex.fail(a, err)
 			return
 		}
-		waited, err = c.Wait(ex.headerDeadline(a, a.sent), stop)
-		up.waited += waited
-		if err != nil {
-			c.Close()
-			ex.fail(a, err)
-			return
-		}
 		break
 	}
 	up.conn = c
+	ex.headIO(a, stop)
+}
+
+// resumeIO goes on with the I/O of attempt a, which yielded (netio.ErrYield), where it stopped,
+// without a yield to come.
+func (ex *exchange) resumeIO(a *attempt, stop netio.Stop) {
+	a.up.conn.YieldAt(time.Time{})
+	switch a.ioAt {
+	case ioHead:
+		ex.headIO(a, stop)
+	case ioBody:
+		ex.bodyLoop(a, deadlineAfter(a.start, ex.srv.cfg.Server.AttemptTimeout), stop)
+	case ioPeek:
+		ex.peekLoop(a, deadlineAfter(a.sent, ex.srv.cfg.Server.FirstByteTimeout), stop)
+	}
+}
+
+// yield notes that attempt a's I/O gave way at phase, its last wait having waited quiet: it
+// goes on there (resumeIO).
+func (a *attempt) yield(phase ioPhase, quiet time.Duration) {
+	a.yielded, a.ioAt, a.quiet = true, phase, quiet
+}
+
+// headIO waits for the answer to the request sent on a.up.conn, reads its head, then holds the
+// body or peeks the stream.
+func (ex *exchange) headIO(a *attempt, stop netio.Stop) {
+	s, t := ex.srv, a.t
+	cfg := &s.cfg.Server
+	up := &a.up
+	c := up.conn
+	waited, err := c.Wait(ex.headerDeadline(a, a.sent), stop)
+	up.waited += waited
+	if err == netio.ErrYield {
+		a.yield(ioHead, 0)
+		return
+	}
+	if err != nil {
+		ex.fail(a, err)
+		return
+	}
 	resp := &up.resp
 	if silent, err := c.ReadHead(resp); err != nil {
 		if silent {
@@ -252,7 +294,7 @@ func transportOf(err error) classify.Transport { return transports[netio.Failure
 // Past it, the response will commit and the rest is streamed through.
 func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 	up := &a.up
-	resp, c, body := &up.resp, up.conn, &up.answer
+	resp, body := &up.resp, &up.answer
 	a.kind = classify.KindResponse
 	b := up.held[:0]
 	limit := ex.srv.maxResponse
@@ -260,7 +302,18 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 	if body.Has() && cl > 0 && cap(b) < cl && (limit <= 0 || cl <= limit) {
 		b = make([]byte, 0, cl)
 	}
-	var quiet time.Duration // how long the last wait waited: the silence before what ended it
+	up.held = b
+	a.quiet = 0
+	ex.bodyLoop(a, deadline, stop)
+}
+
+// bodyLoop is readBody's reading, from what is held (up.held).
+func (ex *exchange) bodyLoop(a *attempt, deadline time.Time, stop netio.Stop) {
+	up := &a.up
+	resp, c, body := &up.resp, up.conn, &up.answer
+	b := up.held
+	limit := ex.srv.maxResponse
+	quiet := a.quiet // how long the last wait waited: the silence before what ended it
 	for {
 		if limit > 0 && len(b) > limit {
 			a.truncated, a.pipeRest = true, true
@@ -268,10 +321,15 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 		}
 		if !body.Ended() {
 			waited, err := c.Wait(deadline, stop)
-			up.waited, quiet = up.waited+waited, waited
+			up.waited, quiet = up.waited+waited, quiet+waited
+			if err == netio.ErrYield {
+				up.held = b
+				a.yield(ioBody, quiet)
+				return
+			}
 			if err != nil {
 				up.held = b
-				ex.failAfter(a, err, waited)
+				ex.failAfter(a, err, quiet)
 				return
 			}
 		}
@@ -282,6 +340,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 			}
 			b = append(b, p...)
 			body.Consume(len(p))
+			quiet = 0
 			continue
 		}
 		if err == io.EOF {
@@ -299,8 +358,7 @@ func (ex *exchange) readBody(a *attempt, deadline time.Time, stop netio.Stop) {
 // peek holds an SSE stream until the gate decides: commit, error, or empty (docs/streams.md,
 // Streams: the pre-commit peek).
 func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
-	up := &a.up
-	g, c, body := &up.gate, up.conn, &up.answer
+	g := &a.up.gate
 	g.Reset(ex.Family, ex.srv.peek)
 	a.sse = true
 	if ex.srv.peek <= 0 {
@@ -308,18 +366,31 @@ func (ex *exchange) peek(a *attempt, deadline time.Time, stop netio.Stop) {
 		a.kind, a.commitReason = classify.KindStreamCommit, stream.ReasonHeaders
 		return
 	}
-	var quiet time.Duration // how long the last wait waited: the silence before what ended it
+	a.quiet = 0
+	ex.peekLoop(a, deadline, stop)
+}
+
+// peekLoop is peek's reading, into the gate as it stands.
+func (ex *exchange) peekLoop(a *attempt, deadline time.Time, stop netio.Stop) {
+	up := &a.up
+	g, c, body := &up.gate, up.conn, &up.answer
+	quiet := a.quiet // how long the last wait waited: the silence before what ended it
 	for {
 		if !body.Ended() {
 			waited, err := c.Wait(deadline, stop)
-			up.waited, quiet = up.waited+waited, waited
+			up.waited, quiet = up.waited+waited, quiet+waited
+			if err == netio.ErrYield {
+				a.yield(ioPeek, quiet)
+				return
+			}
 			if err != nil {
-				ex.failAfter(a, err, waited)
+				ex.failAfter(a, err, quiet)
 				return
 			}
 		}
 		p, err := body.Next()
 		if len(p) > 0 {
+			quiet = 0
 			verdict := g.Feed(p)
 			body.Consume(len(p))
 			switch verdict {

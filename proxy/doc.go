@@ -36,8 +36,9 @@
 //	workers.go      the goroutines kept for the stream path
 //	resume.go       a cut stream continued on another target (FAILOVER_RESUME), its attempts
 //	                made through the step
-//	hedge.go        a race: a slow attempt with a hedge beside it (FAILOVER_HEDGE_AFTER), each
-//	                attempt's I/O on a leg of its own, each settled by the step's settle
+//	hedge.go        a race: a slow attempt with a hedge beside it (FAILOVER_HEDGE_AFTER): the
+//	                attempt gives way at the delay, and each attempt's I/O goes on on a leg of
+//	                its own, each settled by the step's settle
 //
 // Around it:
 //
@@ -68,8 +69,9 @@
 // which hands the exchange to a stream worker (Server.streams, serveStream), its owner from
 // then on. After a clean end the stream hands the connection back to the server, served on a
 // worker of its own (Server.handedBack). netio's watch goroutines ask the exchange's Stop while
-// its owner is blocked in a dial or a request's write. While a hedge race runs, each attempt's
-// I/O runs on a leg, a goroutine kept for legs (Server.legs, as streams have theirs) that
-// writes only its attempt and reports when it ended; the handler alone settles them and
-// touches the exchange (hedge.go).
+// its owner is blocked in a dial or a request's write. An attempt that a hedge may race runs on
+// the handler's goroutine until the hedge delay; when it passes first, its wait gives way and
+// the race begins: each attempt's I/O runs on a leg, a goroutine kept for legs (Server.legs, as
+// streams have theirs) that writes only its attempt and reports when it ended; the handler
+// alone settles them and touches the exchange (hedge.go).
 package proxy

@@ -18,12 +18,14 @@ import (
 // candidate a transfer would take, and the first of the two to commit wins. Nothing reaches
 // the client before a commit, so the other is cut before a byte of it was shown.
 //
-// The race (race) runs each attempt's I/O (send) on a goroutine of its own, a leg, while the
-// handler's goroutine waits for them, starts the hedge when the delay has passed, watches the
-// client, and settles each attempt as it ends: the exchange is still touched by its owner
-// alone. A leg writes only its attempt, and stops when its leg says so (cut). With hedging off,
-// or for a request that may not be hedged, nothing of this runs: the attempt step (step) runs
-// the attempt on the handler's goroutine, as it always did.
+// An attempt that may be raced runs on the handler's goroutine, as any does, until the delay:
+// its waits for the answer give way then (netio.ErrYield) if it has not ended. Only then does
+// the race begin (race): it starts the hedge, and runs each attempt's I/O (send) on a goroutine
+// of its own, a leg (the first going on where it gave way), while the handler's goroutine
+// waits for them, watches the client, and settles each attempt as it ends: the exchange is
+// still touched by its owner alone. A leg writes only its attempt, and stops when its leg says
+// so (cut). An attempt that ends before the delay, and every attempt with hedging off or of a
+// request that may not be hedged, never meets a leg: it costs what it did before hedging.
 
 // A leg is what a hedge race needs of an attempt to run its I/O on a goroutine of its own and to
 // cut it from the handler's: why it must stop, and the connection to interrupt. Part of the
@@ -83,20 +85,17 @@ func (l *leg) stopWith(why uint32) {
 	}
 }
 
-// race state kept by the exchange (pooled with it): the channel the legs report on, the timer
-// of the hedge delay, and the ticker of the handler's look at the client.
+// race state kept by the exchange (pooled with it): the channel the legs report on, and the
+// ticker of the handler's look at the client.
 type raceState struct {
 	once  sync.Once
 	ended chan *attempt // each leg sends its attempt when its I/O ended
-	timer *time.Timer
 	poll  *time.Ticker
 }
 
 func (r *raceState) init() {
 	r.once.Do(func() {
 		r.ended = make(chan *attempt, len(exchange{}.tries))
-		r.timer = time.NewTimer(time.Hour)
-		r.timer.Stop()
 		r.poll = time.NewTicker(time.Hour)
 		r.poll.Stop()
 	})
@@ -145,43 +144,54 @@ func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
 	return ex.srv.hedgeDelay(a.t), true
 }
 
-// race makes the sweep's attempt a with a hedge beside it once delay has passed (startHedge),
-// and settles each through the step's settle as it ends, with the other beside it while that
-// one still runs: the first to commit wins and the other is cut and recorded as lost; one that
-// fails while the other runs is settled as any (its health effect, its record) but starts
-// nothing. The one that ends the race, by a commit or as the last to end, returns its verdict
-// for the sweep to execute. The client leaving, or the shutdown timeout, cuts both, which are
-// then settled as such.
+// race makes the sweep's attempt a, raced by a hedge if it has not committed once delay has
+// passed. Until then a runs on the handler's goroutine as any attempt does (step), and one that
+// ends in time is settled as any: nothing of the race runs, and it costs nothing more. When the
+// delay passes first, a's I/O gives way (netio.ErrYield, attempt.yieldAt) and goes on on a leg,
+// beside the hedge (startHedge); with no hedge to start, it goes on where it is.
+//
+// A race settles each of its attempts through the step's settle as it ends, with the other
+// beside it while that one still runs: the first to commit wins and the other is cut and
+// recorded as lost; one that fails while the other runs is settled as any (its health effect,
+// its record) but starts nothing. The one that ends the race, by a commit or as the last to
+// end, returns its verdict for the sweep to execute. The client leaving, or the shutdown
+// timeout, cuts both, which are then settled as such.
 func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Target, *attempt) {
 	s := ex.srv
 	if s.abort.Load() {
 		v, next := ex.step(a, resumeTry{}) // no attempt starts: step says so
 		return v, next, a
 	}
-	r := &ex.racing
-	r.init()
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	a.start = time.Now()
+	ex.buildRequest(a)
+	a.yieldAt = a.start.Add(delay)
+	ex.send(a, ex.stopFn)
+	a.yieldAt = time.Time{}
+	var b *attempt // the hedge
+	r := &ex.racing
+	if a.yielded {
+		r.init() // before a leg may report on it
+		b = ex.startHedge(a)
+		if b == nil {
+			ex.send(a, ex.stopFn) // no hedge: the attempt goes on where it is
+		}
+	}
+	if b == nil {
+		ex.absorb(a)
+		v, next := ex.settle(a, resumeTry{}, nil)
+		return v, next, a
+	}
 	// The legs' waits overlap: the race counts its own time as waiting on the targets, once
 	// (the overhead figure leaves it out), instead of each leg's (absorbLeg).
 	defer func(begun time.Time) { ex.waited += time.Since(begun) }(a.start)
-	ex.buildRequest(a)
-	ex.launch(a)
-	r.timer.Reset(delay)
-	defer r.timer.Stop()
+	ex.launch(a) // its I/O goes on where it yielded
 	r.poll.Reset(netio.PollInterval)
 	defer r.poll.Stop()
 	poll := r.poll
-	var b *attempt // the hedge, once started
-	running := 1
+	running := 2
 	for {
 		select {
-		case <-r.timer.C:
-			if b == nil && running == 1 {
-				if b = ex.startHedge(a); b != nil {
-					running++
-				}
-			}
 		case <-poll.C:
 			switch {
 			case ex.clientGone():
@@ -199,9 +209,7 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 					beside = b
 				}
 			}
-			if b != nil {
-				d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
-			}
+			d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
 			if d == b && beside == nil {
 				ex.budget.Follow(b.t.Index) // its verdict's retry is one on the hedge's target
 			}
@@ -209,12 +217,10 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			if beside != nil && v.Action != classify.ActionCommit {
 				continue // it lost, or was cut: the other goes on
 			}
-			if b != nil {
-				if d == b && v.Action == classify.ActionCommit {
-					b.t.metrics.Hedge(observe.HedgeWon)
-				} else {
-					b.t.metrics.Hedge(observe.HedgeLost)
-				}
+			if d == b && v.Action == classify.ActionCommit {
+				b.t.metrics.Hedge(observe.HedgeWon)
+			} else {
+				b.t.metrics.Hedge(observe.HedgeLost)
 			}
 			return v, next, d
 		}

@@ -2,23 +2,19 @@ package proxy
 
 import (
 	"testing"
-	"time"
 )
 
-// TestNoRaceWithoutACandidate: with hedging on, an attempt that starts while no other target is
-// up (here the only other one is ejected) is not raced: it runs on the handler's goroutine as
-// with hedging off, and no leg starts. With the other target up, the same request is raced.
-func TestNoRaceWithoutACandidate(t *testing.T) {
-	hedging := []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1", "FAILOVER_HEDGE_AFTER=10s"}
-	h := newHandlerBenchEnv(t, false, hedging)
-	h.srv.targets[1].health.Eject(time.Now())
-	h.serve(t)
-	if n := h.srv.legs.started.Load(); n != 0 {
-		t.Fatalf("%d legs started for a request with no hedge candidate", n)
-	}
-	h = newHandlerBenchEnv(t, false, hedging)
-	h.serve(t)
-	if n := h.srv.legs.started.Load(); n == 0 {
-		t.Fatal("no leg started for a request that may be hedged: the test no longer sees a race")
+// TestUnhedgedRequestRunsOnTheHandler: with hedging on and a candidate to hedge to, a request
+// that commits before the hedge delay runs its attempt on the handler's goroutine, as with
+// hedging off: no leg starts (race yields to one only when the delay passes first).
+func TestUnhedgedRequestRunsOnTheHandler(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		h := newHandlerBenchEnv(t, streaming, []string{"FAILOVER_TARGET_1_URL=http://{up}/v1", "FAILOVER_TARGET_1_NAME=t1", "FAILOVER_HEDGE_AFTER=10s"})
+		for range 3 {
+			h.serve(t)
+		}
+		if n := h.srv.legs.started.Load(); n != 0 {
+			t.Fatalf("streaming %v: %d legs started for requests that committed before the hedge delay", streaming, n)
+		}
 	}
 }

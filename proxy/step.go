@@ -32,6 +32,7 @@ type attempt struct {
 func (a *attempt) begin(t *Target, n int) {
 	a.t, a.n, a.result = t, n, result{}
 	a.up.reusable, a.up.waited = false, 0
+	a.yieldAt, a.yielded = time.Time{}, false
 	// A race that cut this attempt's leg before (the exchange is pooled) has ended: its legs
 	// are done, and the new attempt runs uncut.
 	a.leg.why.Store(legRuns)
@@ -102,7 +103,25 @@ type result struct {
 	// request's arrival (observe.Entry).
 	mark   observe.HedgeMark
 	offset time.Duration
+	// yieldAt, for an attempt a hedge race may join (race), is when its I/O on the handler's
+	// goroutine gives way (netio.ErrYield) if it has not ended by then, to go on on a leg
+	// beside the hedge (zero: never). yielded tells it did, and where its I/O goes on (resumeIO):
+	// at the wait for the head (ioHead), or in the body's or the stream's (ioBody, ioPeek),
+	// with the silence its last wait had waited (quiet).
+	yieldAt time.Time
+	yielded bool
+	ioAt    ioPhase
+	quiet   time.Duration
 }
+
+// ioPhase is where an attempt's I/O that yielded goes on.
+type ioPhase uint8
+
+const (
+	ioHead ioPhase = iota // the wait for the answer's head
+	ioBody                // readBody's loop
+	ioPeek                // peek's loop
+)
 
 // cutVerdict records an attempt that the sidecar ended, not its target (the shutdown timeout, a
 // client who left, a race that cut it): no health effect, nothing to recover from.
