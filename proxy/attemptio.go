@@ -97,6 +97,9 @@ func (ex *exchange) send(a *attempt, stop netio.Stop) {
 	if a.yielded {
 		return // it goes on later, on a leg (race)
 	}
+	if c := a.up.conn; c != nil && !a.yieldAt.IsZero() {
+		c.YieldAt(time.Time{}) // a piped answer's waits never give way
+	}
 	a.leg.hold(nil)
 	if ex.srv.cfg.Hedge.After.On() {
 		a.done = time.Now() // for its time to commit (hedge.go): read only while hedging is on
@@ -111,6 +114,12 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 	up := &a.up
 	up.reusable = false
 	writeBy := deadlineAfter(a.start, cfg.AttemptTimeout)
+	if !a.yieldAt.IsZero() && !t.pool.HasIdle() {
+		// A dial cannot give way at the hedge delay as a wait does: the race runs this
+		// attempt on a leg from the start, and starts the hedge on its own clock.
+		a.yield(ioStart, 0)
+		return
+	}
 
 	var c *netio.Conn
 	for tries := 0; ; tries++ {
@@ -150,6 +159,10 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 // resumeIO goes on with the I/O of attempt a, which yielded (netio.ErrYield), where it stopped,
 // without a yield to come.
 func (ex *exchange) resumeIO(a *attempt, stop netio.Stop) {
+	if a.ioAt == ioStart {
+		ex.exchangeIO(a, stop)
+		return
+	}
 	a.up.conn.YieldAt(time.Time{})
 	switch a.ioAt {
 	case ioHead:

@@ -23,7 +23,8 @@ import (
 // the race begin (race): it starts the hedge, and runs each attempt's I/O (send) on a goroutine
 // of its own, a leg (the first going on where it gave way), while the handler's goroutine
 // waits for them, watches the client, and settles each attempt as it ends: the exchange is
-// still touched by its owner alone. A leg writes only its attempt, and stops when its leg says
+// still touched by its owner alone. An attempt that would begin with a dial, which cannot give
+// way, runs on a leg from the start, and the hedge starts on the race's timer. A leg writes only its attempt, and stops when its leg says
 // so (cut). An attempt that ends before the delay, and every attempt with hedging off or of a
 // request that may not be hedged, never meets a leg: it costs what it did before hedging.
 
@@ -85,17 +86,20 @@ func (l *leg) stopWith(why uint32) {
 	}
 }
 
-// race state kept by the exchange (pooled with it): the channel the legs report on, and the
-// ticker of the handler's look at the client.
+// race state kept by the exchange (pooled with it): the channel the legs report on, the timer
+// of a hedge delay that a leg runs out, and the ticker of the handler's look at the client.
 type raceState struct {
 	once  sync.Once
 	ended chan *attempt // each leg sends its attempt when its I/O ended
+	timer *time.Timer
 	poll  *time.Ticker
 }
 
 func (r *raceState) init() {
 	r.once.Do(func() {
 		r.ended = make(chan *attempt, len(exchange{}.tries))
+		r.timer = time.NewTimer(time.Hour)
+		r.timer.Stop()
 		r.poll = time.NewTicker(time.Hour)
 		r.poll.Stop()
 	})
@@ -165,22 +169,31 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	ex.budget.Begin(ex.policyNow(), a.t.Index)
 	a.start = time.Now()
 	ex.buildRequest(a)
-	a.yieldAt = a.start.Add(delay)
+	hedgeAt := a.start.Add(delay)
+	a.yieldAt = hedgeAt
 	ex.send(a, ex.stopFn)
-	a.yieldAt = time.Time{}
-	var b *attempt // the hedge
-	r := &ex.racing
-	if a.yielded {
-		r.init() // before a leg may report on it
-		b = ex.startHedge(a)
-		if b == nil {
-			ex.send(a, ex.stopFn) // no hedge: the attempt goes on where it is
-		}
-	}
-	if b == nil {
+	if !a.yielded {
+		a.yieldAt = time.Time{}
 		ex.absorb(a)
 		v, next := ex.settle(a, resumeTry{}, nil)
 		return v, next, a
+	}
+	a.yieldAt = time.Time{}
+	r := &ex.racing
+	r.init()       // before a leg may report on it
+	var b *attempt // the hedge, once started
+	if a.ioAt != ioStart {
+		// The delay passed: the hedge starts now.
+		if b = ex.startHedge(a); b == nil {
+			ex.send(a, ex.stopFn) // no hedge: the attempt goes on where it is
+			ex.absorb(a)
+			v, next := ex.settle(a, resumeTry{}, nil)
+			return v, next, a
+		}
+	} else {
+		// It gave way before a dial: the hedge starts on the timer, the attempt on a leg.
+		r.timer.Reset(time.Until(hedgeAt))
+		defer r.timer.Stop()
 	}
 	// The legs' waits overlap: the race counts its own time as waiting on the targets, once
 	// (the overhead figure leaves it out), instead of each leg's (absorbLeg).
@@ -189,9 +202,18 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	r.poll.Reset(netio.PollInterval)
 	defer r.poll.Stop()
 	poll := r.poll
-	running := 2
+	running := 1
+	if b != nil {
+		running++
+	}
 	for {
 		select {
+		case <-r.timer.C:
+			if b == nil && running == 1 {
+				if b = ex.startHedge(a); b != nil {
+					running++
+				}
+			}
 		case <-poll.C:
 			switch {
 			case ex.clientGone():
@@ -209,7 +231,9 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 					beside = b
 				}
 			}
-			d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
+			if b != nil {
+				d.mark = observe.HedgeMarkEnded // won, if settle finds a commit (record)
+			}
 			if d == b && beside == nil {
 				ex.budget.Follow(b.t.Index) // its verdict's retry is one on the hedge's target
 			}
@@ -217,10 +241,12 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 			if beside != nil && v.Action != classify.ActionCommit {
 				continue // it lost, or was cut: the other goes on
 			}
-			if d == b && v.Action == classify.ActionCommit {
-				b.t.metrics.Hedge(observe.HedgeWon)
-			} else {
-				b.t.metrics.Hedge(observe.HedgeLost)
+			if b != nil {
+				if d == b && v.Action == classify.ActionCommit {
+					b.t.metrics.Hedge(observe.HedgeWon)
+				} else {
+					b.t.metrics.Hedge(observe.HedgeLost)
+				}
 			}
 			return v, next, d
 		}

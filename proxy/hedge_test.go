@@ -454,3 +454,60 @@ func TestHedgePercentileDelayFollowsTheTarget(t *testing.T) {
 }
 
 var _ = sidecar.Start
+
+// A stream that commits before the hedge delay and goes on streaming past it is the client's
+// whole: the delay ends the first attempt's waits for its answer only until it commits, never
+// the piped stream's. On a fresh connection (dialled: the attempt runs on a leg) and on a
+// pooled one (the attempt runs on the handler's goroutine, its waits set to give way).
+func TestHedgeDelayNeverCutsACommittedStream(t *testing.T) {
+	t.Parallel()
+	long := pt.SSE(pt.ChatStream(150*time.Millisecond, "one ", "two ", "three ", "four ", "five")...)
+	for _, pooled := range []bool{false, true} {
+		steps := []pt.Step{long}
+		if pooled {
+			// A non-streaming answer first: its connection is pooled before the client has
+			// its answer, so the stream that follows takes it.
+			steps = []pt.Step{pt.JSON(200, pt.ChatCompletion("warm")), long}
+		}
+		a, b := upstream(t, steps...), upstream(t, long)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=200ms"})...)
+		if pooled {
+			if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
+				t.Fatalf("warm-up: %d", r.Status)
+			}
+		}
+		r := s.Post("/chat/completions", streamBody)
+		if r.Status != 200 || r.Err != nil || string(r.Body) != string(long.BodyBytes()) {
+			t.Fatalf("pooled %v: got %d %q (err %v), want the whole stream", pooled, r.Status, r.Body, r.Err)
+		}
+		if b.Calls() != 0 {
+			t.Errorf("pooled %v: hedged %d times: the stream committed before the delay", pooled, b.Calls())
+		}
+	}
+}
+
+// A first attempt still connecting when the hedge delay passes is hedged on time: a dial
+// cannot give way as a wait does, so such an attempt runs beside the race's clock from the
+// start.
+func TestHedgeWhileTheFirstAttemptConnects(t *testing.T) {
+	t.Parallel()
+	stalled, err := pt.NewStalledListener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stalled.Close() })
+	f := hedgeFamilies[1]
+	b := upstream(t, f.answer("t1", 0))
+	s := start(t, env(targets(stalled.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=100ms", "FAILOVER_CONNECT_TIMEOUT=5s"})...)
+	begin := time.Now()
+	r := s.Post(f.path, f.body)
+	if r.Status != 200 || string(r.Body) != string(f.answer("t1", 0).BodyBytes()) {
+		t.Fatalf("got %d %q, want t1's answer", r.Status, r.Body)
+	}
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("answered after %v: the hedge waited for the connect timeout", took)
+	}
+	if got := hedgeLedger(s.WaitLedger(1)[0]); got != "t0:cancelled:hedge:lost t1:ok:commit:won" {
+		t.Errorf("ledger %s", got)
+	}
+}

@@ -105,9 +105,10 @@ type result struct {
 	offset time.Duration
 	// yieldAt, for an attempt a hedge race may join (race), is when its I/O on the handler's
 	// goroutine gives way (netio.ErrYield) if it has not ended by then, to go on on a leg
-	// beside the hedge (zero: never). yielded tells it did, and where its I/O goes on (resumeIO):
-	// at the wait for the head (ioHead), or in the body's or the stream's (ioBody, ioPeek),
-	// with the silence its last wait had waited (quiet).
+	// beside the hedge (zero: never); one that would begin with a dial gives way at once,
+	// since a dial cannot. yielded tells it did, and where its I/O goes on (resumeIO): from
+	// the start (ioStart), at the wait for the head (ioHead), or in the body's or the
+	// stream's (ioBody, ioPeek), with the silence its last wait had waited (quiet).
 	yieldAt time.Time
 	yielded bool
 	ioAt    ioPhase
@@ -118,9 +119,10 @@ type result struct {
 type ioPhase uint8
 
 const (
-	ioHead ioPhase = iota // the wait for the answer's head
-	ioBody                // readBody's loop
-	ioPeek                // peek's loop
+	ioStart ioPhase = iota // nothing done yet: a dial would come first (exchangeIO)
+	ioHead                 // the wait for the answer's head
+	ioBody                 // readBody's loop
+	ioPeek                 // peek's loop
 )
 
 // cutVerdict records an attempt that the sidecar ended, not its target (the shutdown timeout, a

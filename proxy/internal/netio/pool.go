@@ -101,6 +101,15 @@ func (p *Pool) Get(stop Stop) (c *Conn, dialed time.Duration, err error) {
 	}
 }
 
+// HasIdle reports whether an idle connection waits in the pool now: a Get that follows at once
+// most likely dials none (another request may take it first, or it may turn out spent).
+func (p *Pool) HasIdle() bool {
+	p.mu.Lock()
+	n := len(p.idle)
+	p.mu.Unlock()
+	return n > 0
+}
+
 // Put returns a connection whose last answer was read to its framed end.
 func (p *Pool) Put(c *Conn) {
 	now := time.Now()
