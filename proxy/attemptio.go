@@ -114,18 +114,18 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 	up := &a.up
 	up.reusable = false
 	writeBy := deadlineAfter(a.start, cfg.AttemptTimeout)
-	if !a.yieldAt.IsZero() && !t.pool.HasIdle() {
-		// A dial cannot give way at the hedge delay as a wait does: the race runs this
-		// attempt on a leg from the start, and starts the hedge on its own clock.
-		a.yield(ioStart, 0)
-		return
-	}
-
 	var c *netio.Conn
-	for tries := 0; ; tries++ {
+	for tries := a.refused; ; tries++ {
 		var err error
 		var dialed, waited time.Duration
-		c, dialed, err = t.pool.Get(stop)
+		if a.yieldAt.IsZero() {
+			c, dialed, err = t.pool.Get(stop)
+		} else if c = t.pool.TryGet(); c == nil {
+			// A dial cannot give way at the hedge delay as a wait does: the race runs this
+			// attempt on a leg from here, and starts the hedge on its own clock.
+			a.yield(ioStart, 0)
+			return
+		}
 		up.waited += dialed // connecting (TCP and TLS) is the target's time, not the sidecar's
 		if err != nil {
 			ex.fail(a, err)
@@ -145,6 +145,11 @@ func (ex *exchange) exchangeIO(a *attempt, stop netio.Stop) {
 				// A pooled connection the far side had closed refused the request, so no
 				// server read it whole: once more, on a fresh connection. Once a request is
 				// written, a failure is the attempt's (the server may be generating).
+				if !a.yieldAt.IsZero() {
+					a.refused = 1 // the once more is taken, from the leg (above)
+					a.yield(ioStart, 0)
+					return
+				}
 				continue
 			}
 			ex.fail(a, err)

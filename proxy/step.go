@@ -113,6 +113,7 @@ type result struct {
 	yielded bool
 	ioAt    ioPhase
 	quiet   time.Duration
+	refused int // 1 once a pooled connection refused its request: the one try more was taken
 }
 
 // ioPhase is where an attempt's I/O that yielded goes on.

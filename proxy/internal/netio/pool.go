@@ -84,30 +84,47 @@ func (p *Pool) Get(stop Stop) (c *Conn, dialed time.Duration, err error) {
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		// A connection idle for longer than stalePeekAfter is peeked before reuse: a request
-		// written to a connection the far side has closed fails after it was sent, and is then
-		// an attempt for the decision function, never sent again behind its back (the far side
-		// may have read it). One idle for less is taken as alive without a system call: servers
-		// close idle keep-alive connections after seconds, and under load connections come
-		// back within milliseconds.
-		now := time.Now()
-		if c.spent(now) {
-			c.Close()
-			continue
+		if c = p.take(c); c != nil {
+			return c, 0, nil
 		}
-		c.reused = true
-		c.rd.watched, c.rd.yieldAt = now, time.Time{}
-		return c, 0, nil
 	}
 }
 
-// HasIdle reports whether an idle connection waits in the pool now: a Get that follows at once
-// most likely dials none (another request may take it first, or it may turn out spent).
-func (p *Pool) HasIdle() bool {
-	p.mu.Lock()
-	n := len(p.idle)
-	p.mu.Unlock()
-	return n > 0
+// take readies the idle connection c for a request, or closes it and returns nil when it is
+// spent. A connection idle for longer than stalePeekAfter is peeked before reuse: a request
+// written to a connection the far side has closed fails after it was sent, and is then an
+// attempt for the decision function, never sent again behind its back (the far side may have
+// read it). One idle for less is taken as alive without a system call: servers close idle
+// keep-alive connections after seconds, and under load connections come back within
+// milliseconds.
+func (p *Pool) take(c *Conn) *Conn {
+	now := time.Now()
+	if c.spent(now) {
+		c.Close()
+		return nil
+	}
+	c.reused = true
+	c.rd.watched, c.rd.yieldAt = now, time.Time{}
+	return c
+}
+
+// TryGet returns a live idle connection, as Get does, or nil where Get would have to dial.
+func (p *Pool) TryGet() *Conn {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if c = p.take(c); c != nil {
+			return c
+		}
+	}
 }
 
 // Put returns a connection whose last answer was read to its framed end.

@@ -207,3 +207,41 @@ func TestSessionTicketsDoNotCondemnAPooledTLSConnection(t *testing.T) {
 		t.Errorf("%d TLS connections for three requests, want 1 (kept alive)", n)
 	}
 }
+
+// TryGet takes an idle connection as Get does, and never dials: nil when none waits, or when
+// the one that waits is spent (the far side closed it), which it closes.
+func TestTryGetNeverDials(t *testing.T) {
+	var conns atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	p := NewPool(up.Listener.Addr().String(), nil, 5*time.Second)
+	defer p.CloseIdle()
+	if c := p.TryGet(); c != nil {
+		t.Fatal("TryGet on an empty pool returned a connection")
+	}
+	request := "GET /v1/models HTTP/1.1\r\nHost: target\r\n\r\n"
+	if status := exchange(t, p, request); status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	c := p.TryGet()
+	if c == nil || !c.Reused() {
+		t.Fatal("TryGet did not take the idle connection")
+	}
+	p.Put(c)
+	up.CloseClientConnections() // the far side closes it
+	time.Sleep(3 * stalePeekAfter)
+	if c := p.TryGet(); c != nil {
+		t.Fatal("TryGet took a connection the far side closed")
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections made, want the one exchange's", n)
+	}
+}

@@ -361,10 +361,10 @@ func (r *pollReader) untilReadable() error {
 			return nil
 		}
 		now = time.Now()
-		if err := r.yielded(now); err != nil {
+		if err := r.expired(now); err != nil {
 			return err
 		}
-		if err := r.expired(now); err != nil {
+		if err := r.yielded(now); err != nil {
 			return err
 		}
 	}

@@ -45,6 +45,10 @@ func (c *Conn) Wait(deadline time.Time, stop Stop) (waited time.Duration, err er
 	}
 	start := time.Now()
 	if c.rd.yieldDue(start) {
+		// Its Stop first: a wait that must end says so, rather than give way.
+		if err := c.rd.expired(start); err != nil {
+			return 0, err
+		}
 		c.rd.why = ErrYield
 		return 0, ErrYield
 	}
@@ -124,10 +128,10 @@ func (r *pollReader) Read(p []byte) (int, error) {
 			return n, err
 		}
 		now = time.Now()
-		if err := r.yielded(now); err != nil {
+		if err := r.expired(now); err != nil {
 			return 0, err
 		}
-		if err := r.expired(now); err != nil {
+		if err := r.yielded(now); err != nil {
 			return 0, err
 		}
 	}
