@@ -70,8 +70,9 @@
 // then on. After a clean end the stream hands the connection back to the server, served on a
 // worker of its own (Server.handedBack). netio's watch goroutines ask the exchange's Stop while
 // its owner is blocked in a dial or a request's write. An attempt that a hedge may race runs on
-// the handler's goroutine until the hedge delay (or until a dial, which cannot give way);
-// when it passes first, its wait gives way and the race begins: each attempt's I/O runs on a leg, a goroutine kept for legs (Server.legs, as
-// streams have theirs) that writes only its attempt and reports when it ended; the handler
-// alone settles them and touches the exchange (hedge.go).
+// the handler's goroutine until the hedge delay (or until a dial, which cannot give way); when
+// the delay passes first, its wait gives way and the race begins: each attempt's I/O runs on a
+// leg, a goroutine kept for legs (Server.legs, as streams have theirs) that writes only its
+// attempt and reports when it ended; the handler alone settles them and touches the exchange
+// (hedge.go).
 package proxy

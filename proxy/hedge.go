@@ -24,9 +24,10 @@ import (
 // of its own, a leg (the first going on where it gave way), while the handler's goroutine
 // waits for them, watches the client, and settles each attempt as it ends: the exchange is
 // still touched by its owner alone. An attempt that would begin with a dial, which cannot give
-// way, runs on a leg from the start, and the hedge starts on the race's timer. A leg writes only its attempt, and stops when its leg says
-// so (cut). An attempt that ends before the delay, and every attempt with hedging off or of a
-// request that may not be hedged, never meets a leg: it costs what it did before hedging.
+// way, runs on a leg from the start, and the hedge starts on the race's timer. A leg writes
+// only its attempt, and stops when its leg says so (cut). An attempt that ends before the
+// delay, and every attempt with hedging off or of a request that may not be hedged, never
+// meets a leg: it costs what it did before hedging.
 
 // A leg is what a hedge race needs of an attempt to run its I/O on a goroutine of its own and to
 // cut it from the handler's: why it must stop, and the connection to interrupt. Part of the
@@ -138,8 +139,8 @@ func (ex *exchange) raceable(a *attempt) (time.Duration, bool) {
 		return 0, false
 	}
 	// A request with no candidate up at its attempt's start is not raced: a hedge could go only
-	// to a target that comes back within the delay, and the race's hand-off would be paid for
-	// every such request (docs/streams.md, Hedging).
+	// to a target that comes back within the delay (docs/streams.md, Hedging), and the attempt
+	// runs as with hedging off.
 	in := ex.hedgeInput(a)
 	in.Candidate = ex.hedgeCandidateLeft(ex.policyNow())
 	if classify.Hedge(in) != classify.HedgeOK {
@@ -172,13 +173,12 @@ func (ex *exchange) race(a *attempt, delay time.Duration) (classify.Verdict, *Ta
 	hedgeAt := a.start.Add(delay)
 	a.yieldAt = hedgeAt
 	ex.send(a, ex.stopFn)
+	a.yieldAt = time.Time{} // what goes on, on a leg or here, never gives way again
 	if !a.yielded {
-		a.yieldAt = time.Time{}
 		ex.absorb(a)
 		v, next := ex.settle(a, resumeTry{}, nil)
 		return v, next, a
 	}
-	a.yieldAt = time.Time{}
 	r := &ex.racing
 	r.init()       // before a leg may report on it
 	var b *attempt // the hedge, once started
