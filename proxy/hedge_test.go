@@ -461,7 +461,8 @@ var _ = sidecar.Start
 // pooled one (the attempt runs on the handler's goroutine, its waits set to give way).
 func TestHedgeDelayNeverCutsACommittedStream(t *testing.T) {
 	t.Parallel()
-	long := pt.SSE(pt.ChatStream(150*time.Millisecond, "one ", "two ", "three ", "four ", "five")...)
+	// Its first content comes 150 ms in, well before the 500 ms delay; its end about 900 ms in.
+	long := pt.SSE(pt.ChatStream(150*time.Millisecond, "one ", "two ", "three ", "four ", "five ", "six")...)
 	for _, pooled := range []bool{false, true} {
 		steps := []pt.Step{long}
 		if pooled {
@@ -470,7 +471,7 @@ func TestHedgeDelayNeverCutsACommittedStream(t *testing.T) {
 			steps = []pt.Step{pt.JSON(200, pt.ChatCompletion("warm")), long}
 		}
 		a, b := upstream(t, steps...), upstream(t, long)
-		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=200ms"})...)
+		s := start(t, env(targets(a.URL, b.URL), []string{"FAILOVER_HEDGE_AFTER=500ms"})...)
 		if pooled {
 			if r := s.Post("/chat/completions", chatBody); r.Status != 200 {
 				t.Fatalf("warm-up: %d", r.Status)
